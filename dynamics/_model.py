@@ -1,0 +1,80 @@
+"""The student model (spec §2): one layer of H attention heads, no output projection.
+
+These functions are *the* predictor: the simulator evaluates them on actual fields `X k_h/√D`,
+the ODEs on sampled Gaussian fields, so theory and simulation can never disagree about the model.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Scalar
+
+from .activations import AbstractActivation
+from .priors import AbstractPrior
+
+SIGNAL = 0
+"""Index of the token carrying the signal in every expectation (nothing depends on position,
+so `ε = 1` is fixed, spec §5; the simulator draws `ε` uniformly)."""
+
+
+class Model(eqx.Module):
+    """The single-location model: data (prior, noise, `ρ*`) and the student's architecture.
+
+    **Fields:** `L` tokens, `H` heads, `F` latent directions, `activation`, `prior`, label noise
+    `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False: `v_h` frozen to `v*`).
+    """
+
+    L: int = eqx.field(static=True)
+    H: int = eqx.field(static=True)
+    activation: AbstractActivation
+    prior: AbstractPrior
+    noise: float = 0.0
+    rho: float = 1.0
+    train_values: bool = eqx.field(static=True, default=True)
+
+    @property
+    def F(self) -> int:
+        return self.prior.F
+
+    def attention(self, chi: Float[Array, "heads tokens"],
+                  b: Float[Array, " heads"]) -> Float[Array, "heads tokens"]:
+        """`A = σ(χ + b)`."""
+        return self.activation(chi, b)
+
+    def predict(self, chi: Float[Array, "heads tokens"], z: Float[Array, "heads tokens"],
+                b: Float[Array, " heads"]) -> Scalar:
+        """`ŷ = Σ_h Σ_ℓ A_{hℓ} z_{hℓ}` (heads summed, no 1/H)."""
+        return jnp.sum(self.attention(chi, b) * z)
+
+    def loss(self, chi: Float[Array, "heads tokens"], z: Float[Array, "heads tokens"],
+             b: Float[Array, " heads"], y: Scalar) -> Scalar:
+        """Per-sample loss `ℓ = ½(ŷ − y)²`."""
+        return 0.5 * (self.predict(chi, z, b) - y) ** 2
+
+    def conditional_error(self, chi: Float[Array, "heads tokens"], b: Float[Array, " heads"],
+                          value_moments: ValueMoments) -> Scalar:
+        """`E[(ŷ − y)² | key fields]`: the value fields and the label noise integrated out.
+
+        Given the key fields the value fields `z_ℓ` (per token) and the teacher's value field
+        `y*_ℓ` are Gaussian with means `mz[:, ℓ]`, `my` (signal token) and covariances
+        `szz, szy, syy`, independent across tokens; then
+        `E[(ŷ−y)²|keys] = (Σ_ℓ A_ℓ·mz_ℓ − my)² + Σ_ℓ A_ℓᵀ szz A_ℓ − 2 A_1·szy + syy + Δ²`.
+        On the invariant manifold `mz = 0, my = 0, szz = s, szy = n, syy = ρ*`, which gives the
+        spec §5 risk integrand.
+        """
+        A = self.attention(chi, b)
+        vm = value_moments
+        mean = jnp.sum(A * vm.mz) - vm.my
+        var = (jnp.einsum("hl,hk,kl->", A, vm.szz, A) - 2.0 * A[:, SIGNAL] @ vm.szy + vm.syy)
+        return mean**2 + var + self.noise**2
+
+
+class ValueMoments(eqx.Module):
+    """Conditional moments of the value fields given the key fields (one sample)."""
+
+    mz: Float[Array, "heads tokens"]
+    my: Scalar
+    szz: Float[Array, "heads heads"]
+    szy: Float[Array, " heads"]
+    syy: Scalar

@@ -1,0 +1,104 @@
+"""Population risk (spec §5), Bayes-optimal risk and the Bayes-softmax construction (spec §7)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Scalar
+
+from ._errors import ConfigError
+from ._model import SIGNAL, Model
+from ._overlaps import FieldLaw, Overlaps
+from .expectations import AbstractExpectation, Nodes
+from .priors import AbstractDiscretePrior
+
+
+def key_dims(model: Model) -> int:
+    """Gaussian dimensions of one draw of the key fields: θ (if continuous), `g*` (F per token)
+    and `g⊥` (H per token)."""
+    return model.prior.n_normal_dims + model.L * (model.F + model.H)
+
+
+def split_key_normals(model: Model, x: Float[Array, " d"]):
+    """Split one node of dimension `key_dims(model)` into `(θ-normals, g* (F, L), g⊥ (H, L))`."""
+    dt, L, F, H = model.prior.n_normal_dims, model.L, model.F, model.H
+    g_star = x[dt:dt + L * F].reshape(F, L)
+    g_perp = x[dt + L * F:dt + L * (F + H)].reshape(H, L)
+    return x[:dt], g_star, g_perp
+
+
+def over_theta(model: Model, theta_normals: Float[Array, " dt"], fn):
+    """`E_θ fn(θ)` at one node: exact sum over a discrete support, or the node's θ."""
+    thetas, weights = model.prior.theta_nodes(theta_normals[None, :])
+    values = jax.vmap(fn)(thetas[:, 0, :])
+    return jax.tree.map(lambda v: jnp.tensordot(weights, v, axes=1), values)
+
+
+def risk_integrand(model: Model, law: FieldLaw, b: Float[Array, " H"],
+                   x: Float[Array, " d"]) -> Scalar:
+    """`E_θ E[(ŷ − y)² | key fields]` at one node (value fields integrated out exactly)."""
+    tn, g_star, g_perp = split_key_normals(model, x)
+
+    def at(theta):
+        chi_star, chi = law.key_fields(theta, g_star, g_perp)
+        return model.conditional_error(chi, b, law.value_moments(chi_star, g_perp))
+
+    return over_theta(model, tn, at)
+
+
+def population_risk(model: Model, ov: Overlaps, backend: AbstractExpectation,
+                    nodes: Nodes | None = None, *, manifold: bool = False
+                    ) -> tuple[Scalar, Scalar]:
+    """The test risk `R = E(ŷ − y)²` of a student with overlaps `ov`, and its error estimate.
+
+    Exact at any D for given weights (their fields are exactly Gaussian), so the simulator's
+    recorded risk and the ODE's risk are this same function. `manifold=True` ignores the cross
+    overlaps (the ODE's fast path).
+    """
+    nodes = backend.nodes(key_dims(model)) if nodes is None else nodes
+    law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
+    f = jax.vmap(lambda x: risk_integrand(model, law, ov.b, x))
+    return backend.estimate(f, nodes)
+
+
+def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
+    """`ρ*(1 − Σ_ℓ p_ℓ²) + Δ²` at one node, `p` the posterior over the location."""
+    dt, L, F = model.prior.n_normal_dims, model.L, model.F
+    tn, g_star = x[:dt], x[dt:dt + L * F].reshape(F, L)
+
+    def at(theta):
+        chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)
+        p = jax.nn.softmax(model.prior.log_pi(chi_star.T))
+        return model.rho * (1.0 - jnp.sum(p**2)) + model.noise**2
+
+    return over_theta(model, tn, at)
+
+
+def bayes_risk(model: Model, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
+    """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` (spec §7) and its error estimate. Independent of the
+    student (only the prior, L, Δ and ρ* matter)."""
+    nodes = backend.nodes(model.prior.n_normal_dims + model.L * model.F)
+    return backend.estimate(jax.vmap(lambda x: bayes_integrand(model, x)), nodes)
+
+
+def bayes_construction(model: Model) -> tuple[Overlaps, Float[Array, "S F"]]:
+    """The Bayes-softmax construction (spec §7) for a discrete prior: one head per support point
+    (points of zero weight dropped), `k_s = Σ_f θ^s_f k*_f`, `v_s = v*`,
+    `b_s = log p_s − |θ^s|²/2`. With Bayes-softmax its risk is `R_Bayes`.
+
+    **Returns:** the overlaps (`m = Θ`, `q = ΘΘᵀ`, `n = ρ*`, `s = ρ* 11ᵀ`) and the support
+    points used (their number is the construction's head count).
+    """
+    prior = model.prior
+    if not isinstance(prior, AbstractDiscretePrior):
+        raise ConfigError(f"the Bayes-softmax construction needs a discrete prior "
+                          f"(flipped_spike, one_hot, discrete), not {type(prior).__name__}")
+    w = np.asarray(prior.weights)
+    keep = w > 0
+    theta = jnp.asarray(np.asarray(prior.points)[keep])
+    S = theta.shape[0]
+    b = jnp.log(jnp.asarray(w[keep])) - 0.5 * jnp.sum(theta**2, axis=-1)
+    ov = Overlaps.manifold(m=theta, q=theta @ theta.T, n=jnp.full(S, model.rho),
+                           s=jnp.full((S, S), model.rho), b=b)
+    return ov, theta

@@ -1,0 +1,21 @@
+from typing import ClassVar
+
+import jax
+from jaxtyping import Array, Float
+
+from ._base import AbstractActivation, register_activation
+
+
+@register_activation
+class Softmax(AbstractActivation):
+    """Per-head softmax over tokens, `A_{hℓ} = e^{χ_{hℓ}} / Σ_{ℓ'} e^{χ_{hℓ'}}`.
+
+    The bias is accepted for a uniform interface and cancels exactly.
+    """
+
+    name: ClassVar[str] = "softmax"
+
+    def __call__(self, logits: Float[Array, "heads tokens"],
+                 bias: Float[Array, " heads"]) -> Float[Array, "heads tokens"]:
+        del bias
+        return jax.nn.softmax(logits, axis=-1)

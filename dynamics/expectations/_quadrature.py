@@ -1,0 +1,44 @@
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import ConfigError
+from ._base import AbstractExpectation, Nodes
+
+
+def _tensor_rule(order: int, dim: int):
+    x1, w1 = np.polynomial.hermite_e.hermegauss(order)
+    w1 = w1 / w1.sum()
+    x = np.array(list(itertools.product(x1, repeat=dim)))
+    w = np.prod(np.array(list(itertools.product(w1, repeat=dim))), axis=1)
+    return x, w
+
+
+class Quadrature(AbstractExpectation):
+    """Tensor-product Gauss–Hermite quadrature with the largest order `k` such that
+    `k^dim ≤ samples`; the error estimate is the difference from the order `k − 1` rule.
+    Only for small dimensions (few heads and tokens)."""
+
+    samples: int
+
+    def order(self, dim: int) -> int:
+        k = int(np.floor(self.samples ** (1.0 / dim) + 1e-9)) if dim > 0 else 1
+        return k
+
+    def nodes(self, dim: int) -> Nodes:
+        k = self.order(dim)
+        if k < 3:
+            raise ConfigError(
+                f"ode.expectation = 'quadrature': a {dim}-dimensional tensor rule needs at least "
+                f"3^{dim} = {3**dim} nodes but ode.samples = {self.samples}; use 'qmc' or 'mc' "
+                "(quadrature suits small H·L)")
+        x, w = _tensor_rule(k, dim)
+        xl, wl = _tensor_rule(k - 1, dim)
+        return Nodes(x=jnp.asarray(x), w=jnp.asarray(w), x_low=jnp.asarray(xl),
+                     w_low=jnp.asarray(wl))
+
+    def error(self, values, mean, nodes, f):
+        low = jax.tree.map(lambda v: jnp.tensordot(nodes.w_low, v, axes=1), f(nodes.x_low))
+        return jax.tree.map(lambda a, b: jnp.abs(a - b), mean, low)

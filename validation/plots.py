@@ -1,0 +1,63 @@
+"""Figures of learning curves and order parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ORDER_PARAMETERS = ("m", "q", "n", "s", "b")
+
+
+def _components(name: str, arr: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Split an order-parameter array `(..., T, *shape)` into labelled scalar series (symmetric
+    matrices: upper triangle only)."""
+    shape = arr.shape[arr.ndim - {"m": 2, "q": 2, "s": 2, "n": 1, "b": 1}[name]:]
+    out = []
+    for idx in np.ndindex(*shape):
+        if name in ("q", "s") and idx[0] > idx[1]:
+            continue
+        label = f"{name}_{''.join(str(i + 1) for i in idx)}"
+        out.append((label, arr[(Ellipsis, *idx)]))
+    return out
+
+
+def plot_trajectories(path: Path, t: np.ndarray, *, sgd: dict | None = None,
+                      ode: dict | None = None, title: str = "") -> None:
+    """Risk and every order parameter versus t: SGD seed mean with a ±1 std band (arrays with a
+    leading seed axis) and/or the ODE line."""
+    panels = ("risk",) + ORDER_PARAMETERS
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
+    for ax, name in zip(axes.flat, panels):
+        series = []
+        if sgd is not None:
+            series += [(lbl, a, "sgd") for lbl, a in
+                       ([("R", sgd["risk"])] if name == "risk" else _components(name, sgd[name]))]
+        if ode is not None:
+            series += [(lbl, a, "ode") for lbl, a in
+                       ([("R", ode["risk"])] if name == "risk" else _components(name, ode[name]))]
+        colors = {}
+        for lbl, a, kind in series:
+            color = colors.setdefault(lbl, f"C{len(colors) % 10}")
+            if kind == "sgd":
+                mu, sd = a.mean(axis=0), a.std(axis=0)
+                ax.plot(t, mu, color=color, lw=1.0, alpha=0.9,
+                        label=f"{lbl} SGD" if ode is not None else lbl)
+                ax.fill_between(t, mu - sd, mu + sd, color=color, alpha=0.2, lw=0)
+            else:
+                ax.plot(t, a, color=color, lw=1.8, ls="--" if sgd is not None else "-",
+                        label=f"{lbl} ODE" if sgd is not None else lbl)
+        ax.set_title("risk" if name == "risk" else name)
+        if len(series) <= 12:
+            ax.legend(fontsize=7, ncol=2)
+    for ax in axes[-1]:
+        ax.set_xlabel("t = steps / D")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
