@@ -11,6 +11,7 @@ _jax.config.update("jax_enable_x64", True)
 from . import activations as activations
 from . import expectations as expectations
 from . import priors as priors
+from . import ode as ode
 from ._errors import ConfigError as ConfigError
 from ._errors import DivergenceError as DivergenceError
 from ._errors import HeadflowError as HeadflowError

@@ -66,7 +66,9 @@ class Model(eqx.Module):
         A = self.attention(chi, b)
         vm = value_moments
         mean = jnp.sum(A * vm.mz) - vm.my
-        var = (jnp.einsum("hl,hk,kl->", A, vm.szz, A) - 2.0 * A[:, SIGNAL] @ vm.szy + vm.syy)
+        # written as broadcasts: inside vmap, tiny matmuls are slow on CPU
+        quad = jnp.sum(A[:, None, :] * vm.szz[:, :, None] * A[None, :, :])
+        var = quad - 2.0 * jnp.sum(A[:, SIGNAL] * vm.szy) + vm.syy
         return mean**2 + var + self.noise**2
 
 

@@ -75,7 +75,7 @@ class Overlaps(eqx.Module):
                            jnp.maximum(jnp.max(jnp.abs(self.kvs), axis=-1),
                                        jnp.max(jnp.abs(self.vks), axis=(-1, -2))))
 
-    def student_gram(self) -> Float[Array, "2H 2H"]:
+    def student_gram(self) -> Float[Array, "H2 H2"]:
         """`[K; V][K; V]ᵀ/D`."""
         return jnp.block([[self.q, self.kv], [self.kv.T, self.s]])
 
@@ -88,7 +88,7 @@ class Overlaps(eqx.Module):
         return jnp.block([[self.student_gram(), st], [st.T, tt]])
 
     @classmethod
-    def from_student_rows(cls, rows: Float[Array, "2H P"], b: Float[Array, " H"], F: int
+    def from_student_rows(cls, rows: Float[Array, "H2 P"], b: Float[Array, " H"], F: int
                           ) -> Overlaps:
         """From the student rows `[K; V] Wᵀ/D` of the Gram matrix (`W = [K; V; K*; v*]`)."""
         H = b.shape[-1]
@@ -149,13 +149,13 @@ class FieldLaw(eqx.Module):
         """`(χ*, χ)` from standard normals (tokens along the last axis)."""
         L = g_star.shape[-1]
         chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)
-        return chi_star, self.m @ chi_star + self.r_half @ g_perp
+        return chi_star, _matmul(self.m, chi_star) + _matmul(self.r_half, g_perp)
 
     def value_moments(self, chi_star: Float[Array, "F L"],
                       g_perp: Float[Array, "H L"]) -> ValueMoments:
         """Moments of `(z, y*)` given the key fields."""
         H = self.m.shape[0]
-        mean = self.b_perp @ g_perp + self.b_star @ chi_star
+        mean = _matmul(self.b_perp, g_perp) + _matmul(self.b_star, chi_star)
         return ValueMoments(mz=mean[:H], my=mean[H, SIGNAL], szz=self.sigma[:H, :H],
                             szy=self.sigma[:H, H], syy=self.sigma[H, H])
 
@@ -164,5 +164,12 @@ class FieldLaw(eqx.Module):
                      ) -> tuple[Float[Array, "H L"], Float[Array, " L"]]:
         """A draw of `(z, y*)` given the key fields."""
         H = self.m.shape[0]
-        nu = self.b_perp @ g_perp + self.b_star @ chi_star + psd_sqrt(self.sigma) @ g_nu
+        nu = (_matmul(self.b_perp, g_perp) + _matmul(self.b_star, chi_star)
+              + _matmul(psd_sqrt(self.sigma), g_nu))
         return nu[:H], nu[H]
+
+
+def _matmul(a: Float[Array, "i j"], b: Float[Array, "j k"]) -> Float[Array, "i k"]:
+    """`a @ b` for tiny matrices as a broadcast sum: under `vmap` over many samples this is far
+    faster on CPU than a batched matrix product."""
+    return jnp.sum(a[:, :, None] * b[None, :, :], axis=1)

@@ -22,7 +22,7 @@ class Weights(eqx.Module):
     def D(self) -> int:
         return self.K.shape[-1]
 
-    def gram_rows(self, teacher: Teacher) -> Float[Array, "2H P"]:
+    def gram_rows(self, teacher: Teacher) -> Float[Array, "H2 P"]:
         """Student rows of the Gram matrix, `[K; V] [K; V; K*; v*]ᵀ / D` (computed in the
         weights' dtype, returned in float64)."""
         students = jnp.concatenate([self.K, self.V], axis=0)

@@ -158,6 +158,8 @@ class ODESection:
     rhs: str = "autodiff"       # "autodiff" | "symbolic"
     seed: int = 0               # of the fixed (common) random numbers
     max_steps: int = 100000
+    init: str = "random"        # "random": one random init at sim.dim (O(1/√D) head
+                                # differences); "symmetric": its D → ∞ limit (never specializes)
 
     def validate(self) -> None:
         _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature"))
@@ -168,6 +170,7 @@ class ODESection:
         _choice("ode.rhs", self.rhs, ("autodiff", "symbolic"))
         _at_least("ode.seed", self.seed, 0)
         _at_least("ode.max_steps", self.max_steps, 1)
+        _choice("ode.init", self.init, ("random", "symmetric"))
         if not isinstance(self.solver, str) or not self.solver:
             raise ConfigError(f"ode.solver = {self.solver!r}: must be a diffrax solver name")
 

@@ -45,6 +45,8 @@ def plot_trajectories(path: Path, t: np.ndarray, *, sgd: dict | None = None,
             color = colors.setdefault(lbl, f"C{len(colors) % 10}")
             if kind == "sgd":
                 mu, sd = a.mean(axis=0), a.std(axis=0)
+                if name == "risk":  # single runs: their escape times scatter
+                    ax.plot(t, a.T, color=color, lw=0.4, alpha=0.35)
                 ax.plot(t, mu, color=color, lw=1.0, alpha=0.9,
                         label=f"{lbl} SGD" if ode is not None else lbl)
                 ax.fill_between(t, mu - sd, mu + sd, color=color, alpha=0.2, lw=0)

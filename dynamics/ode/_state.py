@@ -1,0 +1,37 @@
+"""Initial order-parameter states."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import jax.random as jr
+from jaxtyping import PRNGKeyArray
+
+from .._model import Model
+from .._overlaps import Overlaps
+from .._teacher import make_teacher
+from .._weights import init_weights
+
+
+def symmetric_start(model: Model, *, key_std: float, value_std: float, bias: float) -> Overlaps:
+    """The D → ∞ limit of the random initialization: `m = 0, n = 0, q = σ_k² I, s = σ_v² I`.
+    All heads are equal in law, and the ODE started here stays on the symmetric subspace (it
+    never specializes)."""
+    H, F = model.H, model.F
+    return Overlaps.manifold(m=jnp.zeros((H, F)), q=key_std**2 * jnp.eye(H),
+                             n=jnp.zeros(H), s=value_std**2 * jnp.eye(H),
+                             b=jnp.full((H,), float(bias)))
+
+
+def random_start(model: Model, key: PRNGKeyArray, dim: int, *, key_std: float,
+                 value_std: float, bias: float) -> Overlaps:
+    """The overlaps of one random initialization at dimension `dim` (exact finite-D law: a random
+    teacher and `k_h ~ N(0, σ_k² I)`, `v_h ~ N(0, σ_v² I)`), so head differences are
+    `O(1/√dim)` and specialization can happen. Cross overlaps included (`.on_manifold()` drops
+    them)."""
+    kt, kw = jr.split(key)
+    teacher = make_teacher(kt, dim, model.F, model.rho, dtype=jnp.float64)
+    w = init_weights(kw, model.H, dim, key_std=key_std, value_std=value_std, bias=bias,
+                     dtype=jnp.float64)
+    if not model.train_values:
+        w = type(w)(K=w.K, V=jnp.broadcast_to(teacher.vstar, w.V.shape), b=w.b)
+    return w.overlaps(teacher)

@@ -1,0 +1,35 @@
+"""`headflow ode CONFIG`: integrate the order-parameter ODEs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dynamics.ode import run_ode
+
+from .._rundir import run_dir
+from ..plots import plot_trajectories
+from ._common import add_config_args, config_from_args, out_dir, show_progress
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ode", help="integrate the order-parameter ODEs",
+                       description="Integrate the order-parameter ODEs (diffrax, float64) from "
+                       "[ode] init; writes ode.npz, ode.png, config.toml and meta.json.")
+    add_config_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> dict:
+    cfg = config_from_args(args)
+    out = out_dir(args, "ode", cfg)
+    with run_dir(out, command="ode", config_toml=cfg.to_toml(), meta={"dtype": "float64"}) as rd:
+        with rd.timed("ode"):
+            res = run_ode(cfg, progress=show_progress())
+        rd.meta["solver_steps"] = res.num_steps
+        rd.meta["solver_rejected"] = res.num_rejected
+        arrays = res.arrays()
+        np.savez(rd.path("ode.npz"), **arrays)
+        plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
+                          title=f"order-parameter ODE ({cfg.ode.form}), {cfg.model.activation}")
+    return {"risk_final": float(arrays["risk"][-1]), "risk_final_err":
+            float(arrays["risk_err"][-1]), "out": str(out)}

@@ -1,0 +1,115 @@
+"""Theorem 2: geometric separability of the selected tokens (spec §4).
+
+Token vectors are put on the sphere of radius M (`x̂ = M x/‖x‖`). With `s = Σ_{j∈I} α_j x̂_j`,
+`X_i = ‖s − α_i x̂_i‖` and `r = min_{j∉I} X_j`, the separable count is `N_s = #{i ∈ I : X_i < r}`.
+
+With δ the minimum pairwise distance among the selected tokens (so `x̂_j·x̂_k ≤ M² − δ²/2`),
+`X_i² ≤ ξ_i² = M²(ᾱ − α_i)² − (δ²/2) Σ_{j≠k ∈ I∖i} α_j α_k` deterministically, hence
+`N_s/N ≥ 1 − Σ_{i∈I} ξ_i/(N r)` (from `1{X < r} ≥ 1 − X/r`). Duplicate tokens give δ = 0, for
+which `ξ_i = M(ᾱ − α_i)` is the triangle inequality: the bound stays valid, only weaker.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Bool, Float, Int
+
+from ._distance import distances_to_context
+from ._linalg import dot, safe_sqrt
+from ._selection import gather_pairs, visible_mask
+
+
+class Separability(eqx.Module):
+    """Theorem 2 quantities per row.
+
+    - `ratio`: `N_s/N`.
+    - `lower`: the rigorous lower bound `max(0, 1 − Σ_{i∈I} ξ_i/(N r))`.
+    - `upper`: the heuristic Hoeffding-type value `(1/N) Σ_{i∈I} exp(−(ξ_i − r)_+²/(2M²))`.
+    - `delta`: δ used (minimum pairwise distance of the selected, normalized tokens; 0 for
+      duplicates or fewer than two selected).
+    - `radius`: r (`inf` when nothing is left out).
+    - `valid`: at least one visible token is left out (`L_t > N` for top-N).
+    """
+
+    ratio: Float[Array, "*batch rows"]
+    lower: Float[Array, "*batch rows"]
+    upper: Float[Array, "*batch rows"]
+    delta: Float[Array, "*batch rows"]
+    radius: Float[Array, "*batch rows"]
+    valid: Bool[Array, "*batch rows"]
+
+
+def sphere_normalize(x: Float[Array, "*batch tokens dim"], radius: float = 1.0
+                     ) -> Float[Array, "*batch tokens dim"]:
+    """`M x/‖x‖` (zero vectors stay zero, which keeps every bound valid)."""
+    norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
+    return jnp.where(norm > 0, radius * x / jnp.where(norm > 0, norm, 1), 0)
+
+
+def prefix_min_distance2(x: Float[Array, "*batch tokens dim"], members: Int[Array, "*batch rows k"]
+                         ) -> Float[Array, "*batch rows k"]:
+    """`D[..., n−1] = min_{a<b<n} ‖x_{m_a} − x_{m_b}‖²` over the first n `members` of each row
+    (`inf` for n = 1), for every n ≤ k at once: one `tokens × tokens` distance table per head, a
+    `k × k` gather per row and a running minimum, so δ of every top-N set costs what one does."""
+    gx = jnp.sum(x * x, axis=-1)
+    sq = jnp.maximum(gx[..., :, None] + gx[..., None, :] - 2 * dot("...td,...ud->...tu", x, x), 0)
+    pairs = gather_pairs(sq, members, members)
+    k = members.shape[-1]
+    upper = jnp.arange(k)[:, None] < jnp.arange(k)[None, :]  # a < b
+    newest = jnp.min(jnp.where(upper, pairs, jnp.inf), axis=-2)  # min over a < b, per b
+    return lax.cummin(newest, axis=newest.ndim - 1)
+
+
+def separability(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
+                 selected: Bool[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"], *,
+                 members: Int[Array, "*batch rows k"] | None = None,
+                 delta2: Float[Array, "*batch rows"] | None = None,
+                 sphere_radius: float = 1.0, normalize: bool = True) -> Separability:
+    """`N_s/N` and its Theorem 2 bounds for the selected set I.
+
+    **Arguments:**
+
+    - `alpha`, `selected`, `context`: as in [`selection_distance`][].
+    - `x`: token vectors; put on the sphere of radius `sphere_radius` unless `normalize=False`
+      (then they must lie on it, or inside it).
+    - `members`: indices of the selected tokens first (as in [`fixed_set_bound`][]), used for δ.
+    - `delta2`: δ² per row, when already known (e.g. from [`prefix_min_distance2`][]); one of
+      `members`, `delta2` is required.
+    - `sphere_radius`: M.
+
+    **Returns:** a [`Separability`][].
+    """
+    dtype = alpha.dtype
+    big_m = jnp.asarray(sphere_radius, dtype)
+    xh = sphere_normalize(x, sphere_radius) if normalize else x
+    out = visible_mask(context, alpha.shape[-1]) & ~selected
+    n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
+    if delta2 is None:
+        if members is None:
+            raise ValueError("separability needs `members` or `delta2`")
+        table = prefix_min_distance2(xh, members)
+        delta2 = jnp.take_along_axis(table, jnp.clip(n_sel - 1, 0, members.shape[-1] - 1)[..., None],
+                                     axis=-1)[..., 0]
+    delta2 = jnp.where(jnp.isfinite(delta2), jnp.maximum(delta2, 0), 0)
+    dist = distances_to_context(alpha, xh, selected)
+    r = jnp.min(jnp.where(out, dist, jnp.inf), axis=-1)
+    count = jnp.maximum(n_sel, 1).astype(dtype)
+    ratio = jnp.sum(selected & (dist < r[..., None]), axis=-1).astype(dtype) / count
+    # ξ_i² for i ∈ I, using Σ_{j≠k∈I∖i} α_j α_k = (ᾱ − α_i)² − (Q − α_i²), Q = Σ_{j∈I} α_j².
+    w = jnp.where(selected, alpha, 0)
+    mass = jnp.sum(w, axis=-1, keepdims=True)
+    q = jnp.sum(w * w, axis=-1, keepdims=True)
+    rem = mass - alpha
+    cross = jnp.maximum(rem * rem - (q - alpha * alpha), 0)
+    xi = safe_sqrt(big_m ** 2 * rem * rem - 0.5 * delta2[..., None] * cross)
+    xi_sum = jnp.sum(jnp.where(selected, xi, 0), axis=-1)
+    finite = jnp.isfinite(r)
+    r_pos = jnp.where(finite & (r > 0), r, 1)
+    lower = jnp.where(finite, jnp.where(r > 0, 1 - xi_sum / (count * r_pos), 0), 1)
+    lower = jnp.clip(lower, 0, 1).astype(dtype)
+    excess = jnp.where(finite[..., None], jnp.maximum(xi - jnp.where(finite, r, 0)[..., None], 0), 0)
+    upper = jnp.sum(jnp.where(selected, jnp.exp(-excess ** 2 / (2 * big_m ** 2)), 0), axis=-1) / count
+    return Separability(ratio=ratio, lower=lower, upper=upper, delta=safe_sqrt(delta2), radius=r,
+                        valid=jnp.any(out, axis=-1))
