@@ -225,6 +225,7 @@ class Config:
         for name in ("model", "training", "ode", "sim", "output"):
             getattr(self, name).validate()
         object.__setattr__(self, "prior", self.prior.resolved(self.model.F))
+        self.build_prior()  # the prior classes check the rest (weights, p, var > 0)
         if self.sim.dim < self.model.F + 1:
             raise ConfigError(f"sim.dim = {self.sim.dim}: must exceed model.F = {self.model.F} "
                               "(the teacher needs F + 1 orthogonal directions)")

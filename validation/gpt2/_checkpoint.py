@@ -208,6 +208,8 @@ def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
         save_file(checkpoint_tensors(model), str(tmp / WEIGHTS), metadata={"format": "pt"})
         for src in sources:
             shutil.copyfile(src, tmp / src.name)
+        for item in tmp.iterdir():
+            item.chmod(0o644)
         out.mkdir(parents=True, exist_ok=True)
         for item in tmp.iterdir():
             os.replace(item, out / item.name)

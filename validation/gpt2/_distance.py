@@ -23,8 +23,8 @@ def _left_out(selected, context):
     return visible_mask(context, selected.shape[-1]) & ~selected
 
 
-def distances_to_context(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
-                         selected: Bool[Array, "*batch rows tokens"]) -> Float[Array, "*batch rows tokens"]:
+def distances_to_context(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                         selected: Bool[Array, "*#batch rows tokens"]) -> Float[Array, "*#batch rows tokens"]:
     """`‖α_i x_i − s‖` for every token i, with `s = Σ_{j∈I} α_j x_j` (Gram identity)."""
     s = dot("...rt,...td->...rd", jnp.where(selected, alpha, 0), x)
     ss = jnp.sum(s * s, axis=-1, keepdims=True)
@@ -33,9 +33,9 @@ def distances_to_context(alpha: Float[Array, "*batch rows tokens"], x: Float[Arr
     return safe_sqrt(alpha * alpha * gx - 2 * alpha * xs + ss)
 
 
-def selection_distance(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
-                       selected: Bool[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"],
-                       *, reading: str = "sum") -> Float[Array, "*batch rows"]:
+def selection_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                       selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
+                       *, reading: str = "sum") -> Float[Array, "*#batch rows"]:
     """The distance `d̃` between the context vector of `I` and the non-selected tokens.
 
     **Arguments:**
@@ -67,12 +67,12 @@ class FixedSetBound(eqx.Module):
     - `mass`: `ᾱ_N`; `s_norm`: `‖s‖`.
     """
 
-    bound: Float[Array, "*batch rows"]
-    bound_max: Float[Array, "*batch rows"]
-    d1: Float[Array, "*batch rows"]
-    d1_exact: Bool[Array, "*batch rows"]
-    mass: Float[Array, "*batch rows"]
-    s_norm: Float[Array, "*batch rows"]
+    bound: Float[Array, "*#batch rows"]
+    bound_max: Float[Array, "*#batch rows"]
+    d1: Float[Array, "*#batch rows"]
+    d1_exact: Bool[Array, "*#batch rows"]
+    mass: Float[Array, "*#batch rows"]
+    s_norm: Float[Array, "*#batch rows"]
 
 
 def _pairwise_sq(x):
@@ -80,9 +80,9 @@ def _pairwise_sq(x):
     return gx[..., :, None] + gx[..., None, :] - 2 * dot("...td,...ud->...tu", x, x)
 
 
-def left_out_diameter(x: Float[Array, "*batch tokens dim"], selected: Bool[Array, "*batch rows tokens"],
-                      context: Int[Array, "*#batch rows"], members: Int[Array, "*batch rows k"], *,
-                      exact: bool = True) -> tuple[Float[Array, "*batch rows"], Bool[Array, "*batch rows"]]:
+def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Array, "*#batch rows tokens"],
+                      context: Int[Array, "*#batch rows"], members: Int[Array, "*#batch rows k"], *,
+                      exact: bool = True) -> tuple[Float[Array, "*#batch rows"], Bool[Array, "*#batch rows"]]:
     """`d_1 = max_{i∉I, j∈I} ‖x_i − x_j‖` over the visible tokens.
 
     **Arguments:**
@@ -124,9 +124,9 @@ def left_out_diameter(x: Float[Array, "*batch tokens dim"], selected: Bool[Array
     return jnp.where(nothing_out, 0, safe_sqrt(reach)), exact_rows
 
 
-def fixed_set_bound(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
-                    selected: Bool[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"],
-                    members: Int[Array, "*batch rows k"], *, exact: bool = True) -> FixedSetBound:
+def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                    selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
+                    members: Int[Array, "*#batch rows k"], *, exact: bool = True) -> FixedSetBound:
     """Theorem 1's rigorous upper bound on `d̃` for a fixed selected set.
 
     Proof (spec §3): `α_i x_i − s = α_i (x_i − ŝ) + (α_i/ᾱ_N − 1) s` with `ŝ = s/ᾱ_N` a convex
@@ -162,9 +162,9 @@ def fixed_set_bound(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "
                          s_norm=s_norm)
 
 
-def random_set_distance(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
-                        context: Int[Array, "*#batch rows"], n: int | Int[Array, ""]
-                        ) -> Float[Array, "*batch rows"]:
+def random_set_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                        context: Int[Array, "*#batch rows"], n: int | Int[Array, ""], *,
+                        reading: str = "sum") -> Float[Array, "*#batch rows"]:
     """Closed-form (Jensen) estimate of `E[d̃]` for a uniformly random N-subset (spec §3).
 
     `E[d̃] ≈ ((L−N)/L) Σ_i ‖α_i x_i − (N/(L−1)) Σ_{j≠i} α_j x_j‖`: token i is left out with
@@ -172,11 +172,19 @@ def random_set_distance(alpha: Float[Array, "*batch rows tokens"], x: Float[Arra
     convex the exact expectation is at least this value (Jensen gap ≥ 0). With `u = Σ_j α_j x_j`
     each term is `‖(1 + c) α_i x_i − c u‖`, `c = N/(L−1)`.
 
+    With `reading="norm"` the same argument gives `‖E[Σ_{i∉I} α_i x_i − s]‖ = |L − 2N|/L ‖u‖`.
+
     **Returns:** the estimate per row (0 for rows with `L_t ≤ N`).
     """
     visible = visible_mask(context, alpha.shape[-1])
     w = jnp.where(visible, alpha, 0)
     u = dot("...rt,...td->...rd", w, x)
+    if reading == "norm":
+        lt = jnp.asarray(context).astype(alpha.dtype)
+        n = jnp.asarray(n, alpha.dtype)
+        return jnp.where(lt > n, jnp.abs(lt - 2 * n) / lt * jnp.linalg.norm(u, axis=-1), 0)
+    if reading != "sum":
+        raise ValueError(f"reading must be 'sum' or 'norm', got {reading!r}")
     uu = jnp.sum(u * u, axis=-1, keepdims=True)
     xu = dot("...rd,...td->...rt", u, x)
     gx = jnp.sum(x * x, axis=-1)[..., None, :]
@@ -188,10 +196,10 @@ def random_set_distance(alpha: Float[Array, "*batch rows tokens"], x: Float[Arra
     return jnp.where(lt > n, (lt - n) / lt * total, 0)
 
 
-def random_set_distance_mc(key: PRNGKeyArray, alpha: Float[Array, "*batch rows tokens"],
-                           x: Float[Array, "*batch tokens dim"], context: Int[Array, " rows"],
+def random_set_distance_mc(key: PRNGKeyArray, alpha: Float[Array, "*#batch rows tokens"],
+                           x: Float[Array, "*#batch tokens dim"], context: Int[Array, " rows"],
                            n: int | Int[Array, ""], *, samples: int = 16, reading: str = "sum"
-                           ) -> tuple[Float[Array, "*batch rows"], Float[Array, "*batch rows"]]:
+                           ) -> tuple[Float[Array, "*#batch rows"], Float[Array, "*#batch rows"]]:
     """Monte Carlo `E[d̃]` over uniformly random N-subsets of each row's visible tokens.
 
     **Arguments:** as [`selection_distance`][], plus a PRNG `key`, N and the number of `samples`.
@@ -207,3 +215,45 @@ def random_set_distance_mc(key: PRNGKeyArray, alpha: Float[Array, "*batch rows t
     if samples < 2:
         return mean, jnp.zeros_like(mean)
     return mean, jnp.std(draws, axis=0, ddof=1) / jnp.sqrt(samples)
+
+
+def topn_distances(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                   ranks: Int[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
+                   ns: Int[Array, " k"], *, reading: str = "sum") -> Float[Array, "*#batch rows k"]:
+    """[`selection_distance`][] of the sets `{ranks < N}` for every N in `ns` (one sort, no
+    per-N recomputation of anything but the two matrix products).
+
+    **Returns:** `d̃` with a trailing axis over `ns`.
+    """
+    def one(n):
+        return selection_distance(alpha, x, ranks < n, context, reading=reading)
+
+    return jnp.moveaxis(jax.lax.map(one, jnp.asarray(ns, jnp.int32)), 0, -1)
+
+
+def random_set_distances(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                         context: Int[Array, "*#batch rows"], ns: Int[Array, " k"], *,
+                         reading: str = "sum") -> Float[Array, "*#batch rows k"]:
+    """[`random_set_distance`][] for every N in `ns`; the products `u Xᵀ` are shared by all N."""
+    if reading != "sum":
+        return jnp.moveaxis(jax.lax.map(
+            lambda n: random_set_distance(alpha, x, context, n, reading=reading),
+            jnp.asarray(ns, jnp.int32)), 0, -1)
+    visible = visible_mask(context, alpha.shape[-1])
+    w = jnp.where(visible, alpha, 0)
+    u = dot("...rt,...td->...rd", w, x)
+    uu = jnp.sum(u * u, axis=-1, keepdims=True)
+    xu = dot("...rd,...td->...rt", u, x)
+    gx = jnp.sum(x * x, axis=-1)[..., None, :]
+    lt = jnp.asarray(context).astype(alpha.dtype)
+    ww = w * w * gx
+    wxu = w * xu
+
+    def one(n):
+        n = n.astype(alpha.dtype)
+        c = (n / jnp.maximum(lt - 1, 1))[..., None]
+        terms = safe_sqrt((1 + c) ** 2 * ww - 2 * c * (1 + c) * wxu + c * c * uu)
+        total = jnp.sum(jnp.where(visible, terms, 0), axis=-1)
+        return jnp.where(lt > n, (lt - n) / lt * total, 0)
+
+    return jnp.moveaxis(jax.lax.map(one, jnp.asarray(ns, jnp.int32)), 0, -1)

@@ -81,7 +81,7 @@ class Blocks(eqx.Module):
 
 
 def causal_attention(q: Float[Array, "heads tokens d_head"], k: Float[Array, "heads tokens d_head"],
-                     *, scale: float) -> Float[Array, "heads tokens tokens"]:
+                     *, scale: float | Float[Array, ""]) -> Float[Array, "heads tokens tokens"]:
     """Explicit causal softmax attention, `softmax(scale · q kᵀ)` masked before the softmax.
 
     **Arguments:**
@@ -146,6 +146,12 @@ class GPT2(eqx.Module):
         unknown = capture - set(CAPTURABLE)
         if unknown:
             raise ValueError(f"cannot capture {sorted(unknown)}; choose from {CAPTURABLE}")
+        x, out = self._trunk(tokens, capture)
+        if logits:
+            out["logits"] = self.unembed(self.ln_f(x))
+        return GPT2Output(**out)
+
+    def _trunk(self, tokens, capture):
         cfg = self.config
         n = tokens.shape[0]
         if n > cfg.n_positions:
@@ -172,11 +178,16 @@ class GPT2(eqx.Module):
             return x, {name: out[name] for name in capture}
 
         x, saved = lax.scan(layer, x, (self.blocks, jnp.arange(cfg.n_layer, dtype=jnp.int32)))
-        out = dict(saved)
-        if logits:
-            head = self.wte if self.lm_head is None else self.lm_head
-            out["logits"] = _mm(self.ln_f(x), head.T)
-        return GPT2Output(**out)
+        return x, dict(saved)
+
+    def final_hidden(self, tokens: Int[Array, " tokens"]) -> Float[Array, "tokens n_embd"]:
+        """The last hidden states, after the final LayerNorm (what the output head reads)."""
+        return self.ln_f(self._trunk(tokens, frozenset())[0])
+
+    def unembed(self, h: Float[Array, "*tokens n_embd"]) -> Float[Array, "*tokens vocab"]:
+        """Next-token logits from final hidden states (tied to `wte` unless `lm_head` is set)."""
+        head = self.wte if self.lm_head is None else self.lm_head
+        return jnp.matmul(h, head.T, precision=_HI, preferred_element_type=F32)
 
 
 def init_gpt2(config: GPT2Config, key: PRNGKeyArray, *, std: float = 0.02) -> GPT2:

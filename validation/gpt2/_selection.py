@@ -26,7 +26,7 @@ def causal_context(rows: int, *, dtype=jnp.int32) -> Int[Array, " rows"]:
     return jnp.arange(1, rows + 1, dtype=dtype)
 
 
-def visible_mask(context: Int[Array, "*#batch rows"], tokens: int) -> Bool[Array, "*batch rows tokens"]:
+def visible_mask(context: Int[Array, "*#batch rows"], tokens: int) -> Bool[Array, "*#batch rows tokens"]:
     """`visible[..., t, j] = j < context[..., t]`."""
     return jnp.arange(tokens, dtype=jnp.int32) < jnp.asarray(context)[..., None]
 
@@ -40,8 +40,8 @@ def _inverse(order, visible):
     return jnp.where(visible, ranks, jnp.int32(tokens))
 
 
-def topn_order(alpha: Float[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"]
-               ) -> tuple[Int[Array, "*batch rows tokens"], Int[Array, "*batch rows tokens"]]:
+def topn_order(alpha: Float[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"]
+               ) -> tuple[Int[Array, "*#batch rows tokens"], Int[Array, "*#batch rows tokens"]]:
     """Sort every row's visible tokens by decreasing weight (ties: lower index first).
 
     **Arguments:**
@@ -87,8 +87,8 @@ def topn_order_host(alpha, context) -> tuple[np.ndarray, np.ndarray]:
     return order, ranks
 
 
-def topn_mask(alpha: Float[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"],
-              n: int | Int[Array, ""]) -> Bool[Array, "*batch rows tokens"]:
+def topn_mask(alpha: Float[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
+              n: int | Int[Array, ""]) -> Bool[Array, "*#batch rows tokens"]:
     """The top-N set `I_N` of every row (see [`topn_order`][] to share one sort among many N)."""
     return topn_order(alpha, context)[1] < n
 
@@ -107,8 +107,8 @@ def random_ranks(key: PRNGKeyArray, context: Int[Array, " rows"], tokens: int
     return _inverse(order, visible)
 
 
-def gather_tokens(x: Float[Array, "*batch tokens dim"], index: Int[Array, "*batch rows k"]
-                  ) -> Float[Array, "*batch rows k dim"]:
+def gather_tokens(x: Float[Array, "*#batch tokens dim"], index: Int[Array, "*#batch rows k"]
+                  ) -> Float[Array, "*#batch rows k dim"]:
     """`x[..., index[..., r, k], :]` for every row (a per-batch gather, no broadcast copy)."""
     batch = jnp.broadcast_shapes(x.shape[:-2], index.shape[:-2])
     xb = jnp.broadcast_to(x, batch + x.shape[-2:]).reshape((-1,) + x.shape[-2:])
@@ -117,8 +117,8 @@ def gather_tokens(x: Float[Array, "*batch tokens dim"], index: Int[Array, "*batc
     return out.reshape(batch + index.shape[-2:] + x.shape[-1:])
 
 
-def gather_pairs(table: Float[Array, "*batch tokens tokens"], rows_index: Int[Array, "*batch rows a"],
-                 cols_index: Int[Array, "*batch rows b"]) -> Float[Array, "*batch rows a b"]:
+def gather_pairs(table: Float[Array, "*#batch tokens tokens"], rows_index: Int[Array, "*#batch rows a"],
+                 cols_index: Int[Array, "*#batch rows b"]) -> Float[Array, "*#batch rows a b"]:
     """`table[..., rows_index[..., r, a], cols_index[..., r, b]]` (per-batch gather)."""
     batch = jnp.broadcast_shapes(table.shape[:-2], rows_index.shape[:-2], cols_index.shape[:-2])
     tb = jnp.broadcast_to(table, batch + table.shape[-2:]).reshape((-1,) + table.shape[-2:])

@@ -19,15 +19,15 @@ from jaxtyping import Array, Bool, Float
 from ._normalizers import Softmax
 
 
-def softmax_jacobian(alpha: Float[Array, "*batch tokens"], temperature: float | Float[Array, ""]
-                     ) -> Float[Array, "*batch tokens tokens"]:
+def softmax_jacobian(alpha: Float[Array, "*#batch tokens"], temperature: float | Float[Array, ""]
+                     ) -> Float[Array, "*#batch tokens tokens"]:
     """`J = (diag α − α αᵀ)/T` (Lemma 2 for softmax), as a dense matrix."""
     eye = jnp.eye(alpha.shape[-1], dtype=alpha.dtype)
     return (eye * alpha[..., None, :] - alpha[..., :, None] * alpha[..., None, :]) / temperature
 
 
-def softmax_jacobian_norm(alpha: Float[Array, "*batch tokens"], temperature: float | Float[Array, "*#batch"] = 1.0,
-                          *, iterations: int | None = None) -> Float[Array, "*batch"]:
+def softmax_jacobian_norm(alpha: Float[Array, "*#batch tokens"], temperature: float | Float[Array, "*#batch"] = 1.0,
+                          *, iterations: int | None = None) -> Float[Array, "*#batch"]:
     """Exact spectral norm of the softmax Jacobian, `λ_max(diag α − α αᵀ)/T`.
 
     **Arguments:**
@@ -60,14 +60,15 @@ def softmax_jacobian_norm(alpha: Float[Array, "*batch tokens"], temperature: flo
     return 0.5 * (lo + hi) / temperature
 
 
-def softmax_jacobian_diag_max(alpha: Float[Array, "*batch tokens"], temperature=1.0) -> Float[Array, "*batch"]:
+def softmax_jacobian_diag_max(alpha: Float[Array, "*#batch tokens"],
+                              temperature: float | Float[Array, "*#batch"] = 1.0) -> Float[Array, "*#batch"]:
     """`max_i α_i(1 − α_i)/T`, the largest diagonal entry of J (at most `1/(4T)`)."""
     return jnp.max(alpha * (1 - alpha), axis=-1) / temperature
 
 
-def fd_sensitivity(logits: Float[Array, "*batch tokens"], direction: Float[Array, "*batch tokens"],
+def fd_sensitivity(logits: Float[Array, "*#batch tokens"], direction: Float[Array, "*#batch tokens"],
                    temperature: float | Float[Array, "*#batch"], eps: float,
-                   mask: Bool[Array, "*batch tokens"] | None = None) -> Float[Array, "*batch"]:
+                   mask: Bool[Array, "*#batch tokens"] | None = None) -> Float[Array, "*#batch"]:
     """Finite-difference sensitivity `‖softmax((l + εu)/T) − softmax(l/T)‖ / ε` (Corollary 3).
 
     **Arguments:**
@@ -84,8 +85,8 @@ def fd_sensitivity(logits: Float[Array, "*batch tokens"], direction: Float[Array
     return jnp.linalg.norm(moved - base, axis=-1) / eps
 
 
-def random_unit_directions(key, shape: tuple[int, ...], mask: Bool[Array, "*batch tokens"],
-                           dtype=jnp.float32) -> Float[Array, "*batch tokens"]:
+def random_unit_directions(key, shape: tuple[int, ...], mask: Bool[Array, "*#batch tokens"],
+                           dtype=jnp.float32) -> Float[Array, "*#batch tokens"]:
     """Random unit vectors supported on the visible tokens (uniform on that sphere)."""
     u = jnp.where(mask, jax.random.normal(key, shape, dtype=dtype), 0)
     norm = jnp.linalg.norm(u, axis=-1, keepdims=True)

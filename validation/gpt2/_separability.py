@@ -12,11 +12,11 @@ which `ξ_i = M(ᾱ − α_i)` is the triangle inequality: the bound stays valid
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
-from ._distance import distances_to_context
 from ._linalg import dot, safe_sqrt
 from ._selection import gather_pairs, visible_mask
 
@@ -33,23 +33,23 @@ class Separability(eqx.Module):
     - `valid`: at least one visible token is left out (`L_t > N` for top-N).
     """
 
-    ratio: Float[Array, "*batch rows"]
-    lower: Float[Array, "*batch rows"]
-    upper: Float[Array, "*batch rows"]
-    delta: Float[Array, "*batch rows"]
-    radius: Float[Array, "*batch rows"]
-    valid: Bool[Array, "*batch rows"]
+    ratio: Float[Array, "*#batch rows"]
+    lower: Float[Array, "*#batch rows"]
+    upper: Float[Array, "*#batch rows"]
+    delta: Float[Array, "*#batch rows"]
+    radius: Float[Array, "*#batch rows"]
+    valid: Bool[Array, "*#batch rows"]
 
 
-def sphere_normalize(x: Float[Array, "*batch tokens dim"], radius: float = 1.0
-                     ) -> Float[Array, "*batch tokens dim"]:
+def sphere_normalize(x: Float[Array, "*#batch tokens dim"], radius: float = 1.0
+                     ) -> Float[Array, "*#batch tokens dim"]:
     """`M x/‖x‖` (zero vectors stay zero, which keeps every bound valid)."""
     norm = jnp.linalg.norm(x, axis=-1, keepdims=True)
     return jnp.where(norm > 0, radius * x / jnp.where(norm > 0, norm, 1), 0)
 
 
-def prefix_min_distance2(x: Float[Array, "*batch tokens dim"], members: Int[Array, "*batch rows k"]
-                         ) -> Float[Array, "*batch rows k"]:
+def prefix_min_distance2(x: Float[Array, "*#batch tokens dim"], members: Int[Array, "*#batch rows k"]
+                         ) -> Float[Array, "*#batch rows k"]:
     """`D[..., n−1] = min_{a<b<n} ‖x_{m_a} − x_{m_b}‖²` over the first n `members` of each row
     (`inf` for n = 1), for every n ≤ k at once: one `tokens × tokens` distance table per head, a
     `k × k` gather per row and a running minimum, so δ of every top-N set costs what one does."""
@@ -62,10 +62,9 @@ def prefix_min_distance2(x: Float[Array, "*batch tokens dim"], members: Int[Arra
     return lax.cummin(newest, axis=newest.ndim - 1)
 
 
-def separability(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*batch tokens dim"],
-                 selected: Bool[Array, "*batch rows tokens"], context: Int[Array, "*#batch rows"], *,
-                 members: Int[Array, "*batch rows k"] | None = None,
-                 delta2: Float[Array, "*batch rows"] | None = None,
+def separability(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                 selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"], *,
+                 members: Int[Array, "*#batch rows k"], delta2: Float[Array, "*#batch rows"] | None = None,
                  sphere_radius: float = 1.0, normalize: bool = True) -> Separability:
     """`N_s/N` and its Theorem 2 bounds for the selected set I.
 
@@ -74,9 +73,11 @@ def separability(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*ba
     - `alpha`, `selected`, `context`: as in [`selection_distance`][].
     - `x`: token vectors; put on the sphere of radius `sphere_radius` unless `normalize=False`
       (then they must lie on it, or inside it).
-    - `members`: indices of the selected tokens first (as in [`fixed_set_bound`][]), used for δ.
-    - `delta2`: δ² per row, when already known (e.g. from [`prefix_min_distance2`][]); one of
-      `members`, `delta2` is required.
+    - `members`: for every row, the indices of the selected tokens first (e.g. `order[..., :k]`
+      from [`topn_order`][], k ≥ N); the per-token quantities `X_i`, `ξ_i` are only evaluated
+      on them.
+    - `delta2`: δ² per row, when already known (e.g. from [`prefix_min_distance2`][]); by
+      default the minimum over the selected pairs.
     - `sphere_radius`: M.
 
     **Returns:** a [`Separability`][].
@@ -84,32 +85,66 @@ def separability(alpha: Float[Array, "*batch rows tokens"], x: Float[Array, "*ba
     dtype = alpha.dtype
     big_m = jnp.asarray(sphere_radius, dtype)
     xh = sphere_normalize(x, sphere_radius) if normalize else x
-    out = visible_mask(context, alpha.shape[-1]) & ~selected
+    k = members.shape[-1]
     n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
+    is_member = jnp.arange(k, dtype=jnp.int32) < n_sel[..., None]
     if delta2 is None:
-        if members is None:
-            raise ValueError("separability needs `members` or `delta2`")
         table = prefix_min_distance2(xh, members)
-        delta2 = jnp.take_along_axis(table, jnp.clip(n_sel - 1, 0, members.shape[-1] - 1)[..., None],
-                                     axis=-1)[..., 0]
+        delta2 = jnp.take_along_axis(table, jnp.clip(n_sel - 1, 0, k - 1)[..., None], axis=-1)[..., 0]
     delta2 = jnp.where(jnp.isfinite(delta2), jnp.maximum(delta2, 0), 0)
-    dist = distances_to_context(alpha, xh, selected)
-    r = jnp.min(jnp.where(out, dist, jnp.inf), axis=-1)
-    count = jnp.maximum(n_sel, 1).astype(dtype)
-    ratio = jnp.sum(selected & (dist < r[..., None]), axis=-1).astype(dtype) / count
-    # ξ_i² for i ∈ I, using Σ_{j≠k∈I∖i} α_j α_k = (ᾱ − α_i)² − (Q − α_i²), Q = Σ_{j∈I} α_j².
+    # X_j² = ‖α_j x̂_j − s‖² for every token (Gram identity); r² = min over the left-out ones.
     w = jnp.where(selected, alpha, 0)
+    s = dot("...rt,...td->...rd", w, xh)
+    ss = jnp.sum(s * s, axis=-1, keepdims=True)
+    xs = dot("...rd,...td->...rt", s, xh)
+    gx = jnp.sum(xh * xh, axis=-1)[..., None, :]
+    x2 = jnp.maximum(alpha * alpha * gx - 2 * alpha * xs + ss, 0)
+    out = visible_mask(context, alpha.shape[-1]) & ~selected
+    r2 = jnp.min(jnp.where(out, x2, jnp.inf), axis=-1)
+    r = jnp.sqrt(r2)
+    count = jnp.maximum(n_sel, 1).astype(dtype)
+    x2_m = jnp.take_along_axis(x2, members, axis=-1)
+    ratio = jnp.sum(is_member & (x2_m < r2[..., None]), axis=-1).astype(dtype) / count
+    # ξ_i² for i ∈ I, using Σ_{j≠k∈I∖i} α_j α_k = (ᾱ − α_i)² − (Q − α_i²), Q = Σ_{j∈I} α_j².
+    a_m = jnp.take_along_axis(alpha, members, axis=-1)
     mass = jnp.sum(w, axis=-1, keepdims=True)
     q = jnp.sum(w * w, axis=-1, keepdims=True)
-    rem = mass - alpha
-    cross = jnp.maximum(rem * rem - (q - alpha * alpha), 0)
+    rem = mass - a_m
+    cross = jnp.maximum(rem * rem - (q - a_m * a_m), 0)
     xi = safe_sqrt(big_m ** 2 * rem * rem - 0.5 * delta2[..., None] * cross)
-    xi_sum = jnp.sum(jnp.where(selected, xi, 0), axis=-1)
+    xi_sum = jnp.sum(jnp.where(is_member, xi, 0), axis=-1)
     finite = jnp.isfinite(r)
     r_pos = jnp.where(finite & (r > 0), r, 1)
     lower = jnp.where(finite, jnp.where(r > 0, 1 - xi_sum / (count * r_pos), 0), 1)
     lower = jnp.clip(lower, 0, 1).astype(dtype)
     excess = jnp.where(finite[..., None], jnp.maximum(xi - jnp.where(finite, r, 0)[..., None], 0), 0)
-    upper = jnp.sum(jnp.where(selected, jnp.exp(-excess ** 2 / (2 * big_m ** 2)), 0), axis=-1) / count
+    upper = jnp.sum(jnp.where(is_member, jnp.exp(-excess ** 2 / (2 * big_m ** 2)), 0), axis=-1) / count
     return Separability(ratio=ratio, lower=lower, upper=upper, delta=safe_sqrt(delta2), radius=r,
                         valid=jnp.any(out, axis=-1))
+
+
+def separability_curve(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
+                       order: Int[Array, "*#batch rows tokens"], ranks: Int[Array, "*#batch rows tokens"],
+                       context: Int[Array, "*#batch rows"], ns: tuple[int, ...], *,
+                       sphere_radius: float = 1.0) -> Separability:
+    """[`separability`][] of the top-N sets for every N in `ns` (static), with a trailing axis
+    over `ns`. δ of all of them comes from one [`prefix_min_distance2`][] table.
+
+    **Arguments:** `order`, `ranks` from [`topn_order`][]; the rest as in [`separability`][].
+    """
+    ns = tuple(int(n) for n in ns)
+    xh = sphere_normalize(x, sphere_radius)
+    members = order[..., :max(ns)]
+    table = prefix_min_distance2(xh, members)
+    n_arr = jnp.asarray(ns, jnp.int32)
+
+    def one(n):
+        count = jnp.minimum(n, jnp.asarray(context, jnp.int32))
+        count = jnp.broadcast_to(count, table.shape[:-1])
+        d2 = jnp.take_along_axis(table, jnp.clip(count - 1, 0, table.shape[-1] - 1)[..., None],
+                                 axis=-1)[..., 0]
+        return separability(alpha, xh, ranks < n, context, members=members, delta2=d2,
+                            sphere_radius=sphere_radius, normalize=False)
+
+    out = lax.map(one, n_arr)
+    return jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, -1), out)

@@ -8,15 +8,15 @@ from jaxtyping import Array, Float, Int
 from ._selection import visible_mask
 
 
-def attention_entropy(alpha: Float[Array, "*batch tokens"]) -> Float[Array, "*batch"]:
+def attention_entropy(alpha: Float[Array, "*#batch tokens"]) -> Float[Array, "*#batch"]:
     """`−Σ α log α` (with `0 log 0 = 0`); at most `log L` for L visible tokens."""
     safe = jnp.where(alpha > 0, alpha, 1)
     return -jnp.sum(jnp.where(alpha > 0, alpha * jnp.log(safe), 0), axis=-1)
 
 
-def softmax_weight_bounds(q: Float[Array, "*batch rows dim"], k: Float[Array, "*batch tokens dim"],
-                          context: Int[Array, "*#batch rows"], temperature: float
-                          ) -> tuple[Float[Array, "*batch rows"], Float[Array, "*batch rows"]]:
+def softmax_weight_bounds(q: Float[Array, "*#batch rows dim"], k: Float[Array, "*#batch tokens dim"],
+                          context: Int[Array, "*#batch rows"], temperature: float | Float[Array, ""]
+                          ) -> tuple[Float[Array, "*#batch rows"], Float[Array, "*#batch rows"]]:
     """Corollary 1: `(1/L) e^{−2Δ/T} ≤ α_j ≤ (1/L) e^{2Δ/T}` with `Δ = ‖q‖ max_j ‖k_j‖`.
 
     For `α = softmax(q·k/T)` over `L = L_t` visible keys; GPT-2 has `T = √d_head` on raw `q·k`.
@@ -30,9 +30,10 @@ def softmax_weight_bounds(q: Float[Array, "*batch rows dim"], k: Float[Array, "*
     return jnp.exp(-2 * delta / temperature) / lt, jnp.exp(2 * delta / temperature) / lt
 
 
-def weight_bound_violations(alpha: Float[Array, "*batch rows tokens"], q: Float[Array, "*batch rows dim"],
-                            k: Float[Array, "*batch tokens dim"], context: Int[Array, "*#batch rows"],
-                            temperature: float, *, rtol: float = 1e-4) -> Int[Array, "*batch rows"]:
+def weight_bound_violations(alpha: Float[Array, "*#batch rows tokens"], q: Float[Array, "*#batch rows dim"],
+                            k: Float[Array, "*#batch tokens dim"], context: Int[Array, "*#batch rows"],
+                            temperature: float | Float[Array, ""], *,
+                            rtol: float = 1e-4) -> Int[Array, "*#batch rows"]:
     """Number of visible weights per row outside Corollary 1's interval (relative slack `rtol`)."""
     lower, upper = softmax_weight_bounds(q, k, context, temperature)
     visible = visible_mask(context, alpha.shape[-1])

@@ -16,16 +16,16 @@ class AbstractNormalizer(eqx.Module):
     """Maps logits `l` (over the last axis) to attention weights; masked tokens get weight 0."""
 
     @abc.abstractmethod
-    def __call__(self, logits: Float[Array, "*batch tokens"],
-                 mask: Bool[Array, "*batch tokens"] | None = None) -> Float[Array, "*batch tokens"]:
+    def __call__(self, logits: Float[Array, "*#batch tokens"],
+                 mask: Bool[Array, "*#batch tokens"] | None = None) -> Float[Array, "*#batch tokens"]:
         """**Arguments:** `logits`; `mask` (True = visible, default all).
 
         **Returns:** the weights, zero where `mask` is False.
         """
 
-    def jacobian(self, logits: Float[Array, "*batch tokens"],
-                 mask: Bool[Array, "*batch tokens"] | None = None
-                 ) -> Float[Array, "*batch tokens tokens"]:
+    def jacobian(self, logits: Float[Array, "*#batch tokens"],
+                 mask: Bool[Array, "*#batch tokens"] | None = None
+                 ) -> Float[Array, "*#batch tokens tokens"]:
         """`∂α_i/∂l_j` (rows i, columns j); by forward-mode autodiff unless overridden."""
         mask = visible_or_all(logits, mask)
         flat_l = logits.reshape(-1, logits.shape[-1])
@@ -42,11 +42,11 @@ class AbstractPositiveNormalizer(AbstractNormalizer):
     """
 
     @abc.abstractmethod
-    def log_f(self, logits: Float[Array, "*batch tokens"], n_visible: Array) -> Float[Array, "*batch tokens"]:
+    def log_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array) -> Float[Array, "*#batch tokens"]:
         """`log F(l)`; `n_visible` (the number of visible tokens) for length-aware normalizers."""
 
     @abc.abstractmethod
-    def dlog_f(self, logits: Float[Array, "*batch tokens"], n_visible: Array) -> Float[Array, "*batch tokens"]:
+    def dlog_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array) -> Float[Array, "*#batch tokens"]:
         """`φ = F'(l)/F(l)`."""
 
     def __call__(self, logits, mask=None):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jaxtyping import Array
 
 from ._base import AbstractPositiveNormalizer
 
@@ -11,7 +12,7 @@ class ScalableSoftmax(AbstractPositiveNormalizer):
     Its F depends on the length n, so Lemma 1 (vanishing attention) does not apply to it.
     """
 
-    s: float = 1.0
+    s: float | Array = 1.0
 
     def log_f(self, logits, n_visible):
         return self.s * jnp.log(jnp.maximum(n_visible, 2)).astype(logits.dtype) * logits

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jaxtyping import Array
 
 from ._base import AbstractPositiveNormalizer
 
@@ -8,7 +9,7 @@ from ._base import AbstractPositiveNormalizer
 class Softmax(AbstractPositiveNormalizer):
     """`softmax(l / T)`: `F = exp(l/T)`, Jacobian `(diag α − α αᵀ)/T`."""
 
-    temperature: float = 1.0
+    temperature: float | Array = 1.0
 
     def log_f(self, logits, n_visible):
         return logits / self.temperature

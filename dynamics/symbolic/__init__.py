@@ -1,0 +1,20 @@
+"""Symbolic derivation of the order-parameter ODEs (spec §6), rendered and turned into code.
+
+- [`local_field_ode`][]: SGD step → overlap increments → high-dimensional limit (generic).
+- [`manifold_ode`][]: the reduced system on the invariant manifold, per activation, with the
+  activation Jacobians derived from the definitions ([`derive_jacobians`][]).
+- [`generate`][]: the system written out for given sizes and lambdified to JAX;
+  [`SymbolicField`][] is the diffrax vector field built on it (`[ode] rhs = "symbolic"`).
+- `python -m dynamics.symbolic` regenerates `docs/equations.md` (`--check`: exit 1 if stale).
+"""
+
+from ._activations import ACTIVATIONS as ACTIVATIONS
+from ._activations import SymbolicActivation as SymbolicActivation
+from ._activations import derive_jacobians as derive_jacobians
+from ._codegen import Generated as Generated
+from ._codegen import generate as generate
+from ._derive import Equation as Equation
+from ._derive import Manifold as Manifold
+from ._derive import local_field_ode as local_field_ode
+from ._derive import manifold_ode as manifold_ode
+from ._field import SymbolicField as SymbolicField

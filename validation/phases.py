@@ -1,0 +1,308 @@
+"""Phases of a trajectory (ODE or SGD alike): the unspecialized plateau, the specialization
+stages and the excursions (spec §8 items 1–2).
+
+Everything is read off the head–feature alignment `α_hf = m_hf/√q_hh` (the cosine of head h
+with feature f, [`validation.analysis.alignment`][]), with one threshold `θ` (default
+[`validation.analysis.ESCAPE_THRESHOLD`][] = 0.2) and hysteresis at `θ/2` against SGD noise.
+Definitions, thresholds and their justification: `docs/phases.md`.
+
+- **separation** of heads h, h': `d_hh'(t) = max_f |α_hf − α_h'f|`; they *separate* at the
+  first time `d ≥ θ` after which `d` never falls back below `θ/2` (persistent crossing).
+- **stages**: heads not yet separated form groups (connected components of the pairs still
+  together); a stage is a time at which a group splits. Its *feature* is the one along which the
+  new groups differ most once the split has grown to `2θ` (or at the end of the run), and the
+  heads above / below the midpoint along it are the `plus` / `minus` sides.
+- **plateau**: exit = the first stage (the escape time); entry = the first time the head-mean
+  alignment `a(t) = ‖mean_h α_h(t)‖` (running median over 5 saves) reaches 90% of its value at
+  the exit. With `a < θ` at the exit (no mean direction to learn) the plateau starts at `t_0`.
+- **excursions**: a head whose alignment with a feature reverses sign, from `≥ θ` to `≤ −θ` or
+  back (hysteresis band `±θ`), with the time it leaves, crosses zero and arrives.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from .analysis import ESCAPE_THRESHOLD, alignment
+
+ENTRY_FRACTION = 0.9
+"""The plateau starts when the mean alignment reaches this fraction of its value at the exit."""
+
+SMOOTH = 5
+"""Width (save points) of the running median applied to the mean alignment."""
+
+HYSTERESIS = 0.5
+"""A crossing of `θ` counts only if the quantity never returns below `HYSTERESIS·θ` later."""
+
+SETTLE = 2.0
+"""A stage's feature is read when the split has grown to `SETTLE·θ`."""
+
+
+def persistent_crossing(t: np.ndarray, x: np.ndarray, threshold: float,
+                        hysteresis: float = HYSTERESIS) -> float | None:
+    """First time `x (T)` reaches `threshold` after its last visit below
+    `hysteresis·threshold` (linear interpolation between save points); None if it never
+    does. Robust to noise blips: a crossing followed by a return below the lower level does not
+    count."""
+    t = np.asarray(t, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    low = np.nonzero(x < hysteresis * threshold)[0]
+    start = int(low[-1]) if low.size else -1
+    above = np.nonzero(x[start + 1:] >= threshold)[0]
+    if above.size == 0:
+        return None
+    k = start + 1 + int(above[0])
+    if k == 0:
+        return float(t[0])
+    a, b = x[k - 1], x[k]
+    if b == a:
+        return float(t[k])
+    return float(t[k - 1] + (threshold - a) / (b - a) * (t[k] - t[k - 1]))
+
+
+def _interp_rows(t: np.ndarray, y: np.ndarray, at: float) -> np.ndarray:
+    """`y (T, ...)` linearly interpolated at time `at`."""
+    k = int(np.clip(np.searchsorted(t, at), 1, len(t) - 1))
+    w = 0.0 if t[k] == t[k - 1] else (at - t[k - 1]) / (t[k] - t[k - 1])
+    w = float(np.clip(w, 0.0, 1.0))
+    return (1 - w) * y[k - 1] + w * y[k]
+
+
+def _running_median(x: np.ndarray, width: int) -> np.ndarray:
+    if width <= 1 or len(x) < 3:
+        return x
+    h = width // 2
+    pad = np.pad(x, h, mode="edge")
+    return np.median(np.lib.stride_tricks.sliding_window_view(pad, 2 * h + 1), axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One specialization stage: at `time` the group `parent` of heads splits into `children`;
+    `feature` (0-based) is the direction of the split, `plus`/`minus` the heads above/below the
+    midpoint of the group-mean alignments along it, `gap` their difference (read at
+    `read_time`)."""
+
+    time: float
+    feature: int
+    parent: tuple[int, ...]
+    children: tuple[tuple[int, ...], ...]
+    plus: tuple[int, ...]
+    minus: tuple[int, ...]
+    gap: float
+    read_time: float
+
+    def to_dict(self) -> dict:
+        return {"time": self.time, "feature": self.feature + 1,
+                "parent": [h + 1 for h in self.parent],
+                "children": [[h + 1 for h in c] for c in self.children],
+                "plus": [h + 1 for h in self.plus], "minus": [h + 1 for h in self.minus],
+                "gap": self.gap, "read_time": self.read_time}
+
+
+@dataclasses.dataclass(frozen=True)
+class Excursion:
+    """Head `head` reverses its alignment with `feature` (both 0-based): it leaves the side
+    `from_sign·α ≥ θ` at `t_leave`, crosses zero at `t_cross` and reaches the other side at
+    `t_arrive`; `stage` is the index of the stage under way at `t_cross` (None: before the
+    first)."""
+
+    head: int
+    feature: int
+    from_sign: int
+    t_leave: float
+    t_cross: float
+    t_arrive: float
+    stage: int | None
+
+    def to_dict(self) -> dict:
+        return {"head": self.head + 1, "feature": self.feature + 1, "from_sign": self.from_sign,
+                "t_leave": self.t_leave, "t_cross": self.t_cross, "t_arrive": self.t_arrive,
+                "stage": None if self.stage is None else self.stage + 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class Phases:
+    """The phases of one trajectory ([`detect_phases`][]). Times in units of `t = steps/D`;
+    heads and features 0-based here, 1-based in `to_dict` (the JSON files)."""
+
+    threshold: float
+    plateau_entry: float | None
+    plateau_exit: float | None
+    plateau_alignment: float
+    stages: tuple[Stage, ...]
+    excursions: tuple[Excursion, ...]
+    final_alignment: np.ndarray
+    separation_times: np.ndarray
+
+    @property
+    def stage_order(self) -> list[int]:
+        """Features of the successive stages (0-based), repeats removed, in time order."""
+        out: list[int] = []
+        for s in self.stages:
+            if s.feature not in out:
+                out.append(s.feature)
+        return out
+
+    def assignment(self) -> list[dict]:
+        """Which direction each head ended with: its dominant feature and sign, or `None` when
+        its largest |α| is below θ (a head that learned nothing)."""
+        out = []
+        for h, a in enumerate(self.final_alignment):
+            f = int(np.argmax(np.abs(a)))
+            strong = bool(abs(a[f]) >= self.threshold)
+            out.append({"head": h + 1, "feature": f + 1 if strong else None,
+                        "sign": int(np.sign(a[f])) if strong else 0,
+                        "alignment": [float(x) for x in a]})
+        return out
+
+    def to_dict(self) -> dict:
+        return {"threshold": self.threshold, "plateau_entry": self.plateau_entry,
+                "plateau_exit": self.plateau_exit, "plateau_alignment": self.plateau_alignment,
+                "stages": [s.to_dict() for s in self.stages],
+                "stage_order": [f + 1 for f in self.stage_order],
+                "excursions": [e.to_dict() for e in self.excursions],
+                "assignment": self.assignment()}
+
+
+def pair_separation_times(t: np.ndarray, alpha: np.ndarray, threshold: float) -> np.ndarray:
+    """`(H, H)` persistent separation times of every pair of heads (inf: never; 0 diagonal)."""
+    H = alpha.shape[1]
+    out = np.full((H, H), np.inf)
+    np.fill_diagonal(out, 0.0)
+    for h in range(H):
+        for k in range(h + 1, H):
+            d = np.max(np.abs(alpha[:, h] - alpha[:, k]), axis=-1)
+            c = persistent_crossing(t, d, threshold)
+            out[h, k] = out[k, h] = np.inf if c is None else c
+    return out
+
+
+def _components(H: int, together: np.ndarray) -> list[tuple[int, ...]]:
+    label = list(range(H))
+
+    def find(i):
+        while label[i] != i:
+            label[i] = label[label[i]]
+            i = label[i]
+        return i
+
+    for h in range(H):
+        for k in range(h + 1, H):
+            if together[h, k]:
+                label[find(h)] = find(k)
+    groups: dict[int, list[int]] = {}
+    for h in range(H):
+        groups.setdefault(find(h), []).append(h)
+    return sorted(tuple(g) for g in groups.values())
+
+
+def _stages(t: np.ndarray, alpha: np.ndarray, sep: np.ndarray, threshold: float
+            ) -> list[Stage]:
+    H = alpha.shape[1]
+    times = np.unique(sep[np.triu_indices(H, 1)])
+    times = times[np.isfinite(times)]
+    stages: list[Stage] = []
+    current = _components(H, np.ones((H, H), bool))
+    for tau in times:
+        new = _components(H, sep > tau)
+        for parent in current:
+            children = tuple(c for c in new if set(c) <= set(parent))
+            if len(children) < 2:
+                continue
+            means = lambda at: np.stack([_interp_rows(t, alpha, at)[list(c)].mean(axis=0)  # noqa: E731
+                                         for c in children])
+            # read the direction once the split has grown (SETTLE·θ) or at the end
+            read = float(t[-1])
+            for k in range(np.searchsorted(t, tau), len(t)):
+                g = means(t[k])
+                if np.max(g.max(axis=0) - g.min(axis=0)) >= SETTLE * threshold:
+                    read = float(t[k])
+                    break
+            g = means(read)
+            spread = g.max(axis=0) - g.min(axis=0)
+            f = int(np.argmax(spread))
+            mid = 0.5 * (g[:, f].max() + g[:, f].min())
+            plus = tuple(sorted(h for c, gm in zip(children, g[:, f]) if gm > mid for h in c))
+            minus = tuple(sorted(h for c, gm in zip(children, g[:, f]) if gm <= mid for h in c))
+            stages.append(Stage(time=float(tau), feature=f, parent=tuple(parent),
+                                children=children, plus=plus, minus=minus,
+                                gap=float(spread[f]), read_time=read))
+        current = new
+    return stages
+
+
+def _reversals(t: np.ndarray, alpha: np.ndarray, threshold: float, stages: list[Stage]
+               ) -> list[Excursion]:
+    out = []
+    stage_times = np.array([s.time for s in stages])
+    T, H, F = alpha.shape
+    for h in range(H):
+        for f in range(F):
+            a = alpha[:, h, f]
+            side = np.where(a >= threshold, 1, np.where(a <= -threshold, -1, 0))
+            state, last_idx = 0, -1
+            for i in range(T):
+                if side[i] == 0:
+                    continue
+                if state != 0 and side[i] != state:
+                    leave = last_idx
+                    seg = a[leave:i + 1] * state
+                    z = leave + int(np.argmax(seg <= 0))
+                    a0, a1 = a[z - 1], a[z]
+                    t_cross = float(t[z - 1] + (0 - a0) / (a1 - a0) * (t[z] - t[z - 1])) \
+                        if a1 != a0 else float(t[z])
+                    k = int(np.searchsorted(stage_times, t_cross, side="right")) - 1
+                    out.append(Excursion(head=h, feature=f, from_sign=int(state),
+                                         t_leave=float(t[leave]), t_cross=t_cross,
+                                         t_arrive=float(t[i]), stage=k if k >= 0 else None))
+                state, last_idx = side[i], i
+    return sorted(out, key=lambda e: e.t_cross)
+
+
+def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
+                  threshold: float = ESCAPE_THRESHOLD) -> Phases:
+    """The phases of one trajectory.
+
+    **Arguments:** `t (T)`, `m (T, H, F)`, `q (T, H, H)` (one run: an ODE solution or one SGD
+    seed), `threshold` θ.
+
+    **Returns:** [`Phases`][]: plateau entry and exit, stages, excursions, final alignment.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    alpha = alignment(np.asarray(m), np.asarray(q))
+    sep = pair_separation_times(t, alpha, threshold)
+    stages = _stages(t, alpha, sep, threshold)
+    exit_ = stages[0].time if stages else None
+    a = _running_median(np.linalg.norm(alpha.mean(axis=1), axis=-1), SMOOTH)
+    ref_t = exit_ if exit_ is not None else float(t[-1])
+    a_ref = float(np.interp(ref_t, t, a))
+    if a_ref < threshold:
+        entry = float(t[0])
+    else:
+        idx = np.nonzero(a >= ENTRY_FRACTION * a_ref)[0]
+        entry = float(t[idx[0]]) if idx.size else None
+        if entry is not None and exit_ is not None:
+            entry = min(entry, exit_)
+    return Phases(threshold=float(threshold), plateau_entry=entry, plateau_exit=exit_,
+                  plateau_alignment=a_ref, stages=tuple(stages),
+                  excursions=tuple(_reversals(t, alpha, threshold, stages)),
+                  final_alignment=alpha[-1], separation_times=sep)
+
+
+def seed_summary(phases: list[Phases]) -> dict:
+    """Aggregate over SGD seeds: plateau exit mean / SEM / count, the distribution of stage
+    orders (as strings like `"1-2-3"`), and the per-stage mean times of the most common order."""
+    exits = np.array([p.plateau_exit for p in phases if p.plateau_exit is not None])
+    entries = np.array([p.plateau_entry for p in phases if p.plateau_entry is not None])
+    orders = Counter("-".join(str(f + 1) for f in p.stage_order) or "none" for p in phases)
+    n = len(exits)
+    return {"seeds": len(phases), "escaped": int(n),
+            "plateau_exit_mean": float(exits.mean()) if n else None,
+            "plateau_exit_sem": float(exits.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
+            "plateau_entry_mean": float(entries.mean()) if entries.size else None,
+            "stage_orders": dict(orders.most_common()),
+            "stage_order": orders.most_common(1)[0][0] if phases else None}
