@@ -15,13 +15,16 @@ class Nodes(eqx.Module):
     """Integration nodes for `E f(g)`, `g ~ N(0, I_d)`: `E f ≈ Σ_i w_i f(x_i)`.
 
     `groups` > 0 means the nodes are `groups` independent equal-size replicates (QMC
-    randomizations), used for the error estimate. `x_low, w_low` is an embedded lower-order rule
-    (quadrature) whose difference from the main rule estimates the error.
+    randomizations), used for the error estimate. `orbit` > 1 means consecutive runs of `orbit`
+    nodes are images of one random node under a symmetry (exchangeable heads): they are not
+    independent, so error estimates first average over each orbit. `x_low, w_low` is an embedded
+    lower-order rule (quadrature) whose difference from the main rule estimates the error.
     """
 
     x: Float[Array, "n d"]
     w: Float[Array, " n"]
     groups: int = eqx.field(static=True, default=0)
+    orbit: int = eqx.field(static=True, default=1)
     x_low: Float[Array, "n2 d"] | None = None
     w_low: Float[Array, " n2"] | None = None
 
@@ -55,10 +58,14 @@ class AbstractExpectation(eqx.Module):
     def error(self, values, mean, nodes: Nodes, f) -> PyTree:
         """Standard error of a weighted mean of independent samples (Monte Carlo)."""
         del f
-        n = nodes.size
+        k = nodes.orbit
+        n = nodes.size // k
 
         def se(v, mu):
-            dev = v - mu
-            return jnp.sqrt(jnp.tensordot(nodes.w, dev**2, axes=1) / max(n - 1, 1))
+            # orbit means (weights are equal within an orbit), then their weighted spread
+            w = nodes.w.reshape(n, k).sum(axis=1)
+            vm = v.reshape(n, k, *v.shape[1:]).mean(axis=1)
+            dev = vm - mu
+            return jnp.sqrt(jnp.tensordot(w, dev**2, axes=1) / max(n - 1, 1))
 
         return jax.tree.map(se, values, mean)

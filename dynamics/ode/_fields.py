@@ -18,6 +18,7 @@ from .._model import SIGNAL, Model, ValueMoments
 from .._overlaps import FieldLaw, Overlaps
 from .._risk import key_dims, over_theta, split_key_normals
 from ..expectations import AbstractExpectation, Nodes
+from ._symmetry import exchangeable_nodes
 
 
 class Hyper(eqx.Module):
@@ -79,6 +80,11 @@ class AbstractField(eqx.Module):
                                 self.nodes)
 
 
+def _g_perp_block(model: Model) -> tuple[int, int]:
+    """Where the per-head normals `g⊥` sit in a node (see `split_key_normals`)."""
+    return model.prior.n_normal_dims + model.L * model.F, model.H
+
+
 def _outer_sum(a: Float[Array, "i L"], b: Float[Array, "j L"]) -> Float[Array, "i j"]:
     """`Σ_ℓ a_{iℓ} b_{jℓ}` as a broadcast sum (fast under vmap on CPU)."""
     return jnp.sum(a[:, None, :] * b[None, :, :], axis=-1)
@@ -107,7 +113,8 @@ class ManifoldField(AbstractField):
 
     @classmethod
     def build(cls, model: Model, hyper: Hyper, backend: AbstractExpectation) -> ManifoldField:
-        return cls(model=model, hyper=hyper, nodes=backend.nodes(key_dims(model)))
+        return cls(model=model, hyper=hyper, nodes=exchangeable_nodes(
+            backend, key_dims(model), model.H, model.L, [_g_perp_block(model)]))
 
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
         model, hp = self.model, self.hyper
@@ -171,7 +178,9 @@ class FullField(AbstractField):
 
     @classmethod
     def build(cls, model: Model, hyper: Hyper, backend: AbstractExpectation) -> FullField:
-        return cls(model=model, hyper=hyper, nodes=backend.nodes(full_dims(model)))
+        blocks = [_g_perp_block(model), (key_dims(model), model.H + 1)]
+        return cls(model=model, hyper=hyper, nodes=exchangeable_nodes(
+            backend, full_dims(model), model.H, model.L, blocks))
 
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
         model, hp = self.model, self.hyper

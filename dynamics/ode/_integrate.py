@@ -15,6 +15,9 @@ from .._errors import ConfigError, DivergenceError, HeadflowError
 from .._overlaps import Overlaps
 from ._fields import AbstractField
 
+BLOWUP = 1e6
+"""Overlaps larger than this (in absolute value) mean the run diverges: the solve stops there."""
+
 _IMPLICIT = ("kvaerno3", "kvaerno4", "kvaerno5", "implicit_euler", "kencarp3", "kencarp4",
              "kencarp5")
 
@@ -99,6 +102,11 @@ def integrate(field: AbstractField, ov0: Overlaps, ts, *, solver: str = "tsit5",
         raise HeadflowError(f"ODE solver hit ode.max_steps = {max_steps} near t = {reached:.4g} "
                             f"(t_max = {ts[-1]:.4g}); raise ode.max_steps, loosen ode.rtol/atol "
                             "or try ode.solver = 'kvaerno5' if the problem is stiff")
+    if bool(result == dfx.RESULTS.event_occurred):
+        reached = ts[max(int(finite.sum()) - 1, 0)]
+        raise DivergenceError(f"ODE diverged after t = {reached:.4g}: the overlaps exceeded "
+                              f"{BLOWUP:.0e} in absolute value; try a smaller training.lr "
+                              "(the SGD-noise terms grow like η²)")
     if bool(result != dfx.RESULTS.successful) or not finite.all():
         first_bad = ts[int(np.argmin(finite))] if not finite.all() else ts[-1]
         raise DivergenceError(f"ODE diverged before t = {first_bad:.4g}: "
@@ -114,4 +122,11 @@ def _solve(field, ov0, ts, solver, rtol, atol, max_steps, meter):
     return dfx.diffeqsolve(dfx.ODETerm(field), solver, t0=ts[0], t1=ts[-1], dt0=None, y0=ov0,
                            saveat=dfx.SaveAt(ts=ts),
                            stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
-                           max_steps=max_steps, throw=False, progress_meter=meter)
+                           max_steps=max_steps, throw=False, progress_meter=meter,
+                           event=dfx.Event(_blowup))
+
+
+def _blowup(t, y, args, **kwargs):
+    leaves = jax.tree.leaves(y)
+    big = jnp.max(jnp.asarray([jnp.max(jnp.abs(x)) for x in leaves]))
+    return ~(big < BLOWUP)  # also true for NaN

@@ -1,0 +1,195 @@
+"""The numeric ODE engine: forms, backends, invariants, integration and its errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+import pytest
+
+import dynamics as d
+from dynamics.ode import (FullField, Hyper, ManifoldField, integrate, random_start, run_ode,
+                          symmetric_start)
+
+ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
+
+
+def _model(activation="bayes_softmax", L=3, H=2, prior=None, noise=0.2):
+    prior = d.priors.FlippedSpike(2.0, 0.7, [1.0, 0.0]) if prior is None else prior
+    return d.Model(L=L, H=H, activation=d.activations.get_activation(activation), prior=prior,
+                   noise=noise, rho=1.0)
+
+
+def _state(H=2, F=2, seed=0):
+    k = jr.split(jr.key(seed), 3)
+    K = jr.normal(k[0], (H, 8)) / 2
+    V = jr.normal(k[1], (H, 8)) / 2
+    T = jnp.linalg.qr(jr.normal(k[2], (8, F + 1)))[0].T   # orthonormal teacher rows
+    return d.Overlaps.manifold(m=K @ T[:F].T, q=K @ K.T, n=V @ T[F], s=V @ V.T,
+                               b=jnp.linspace(-0.3, 0.3, H))
+
+
+def _z(a, ea, b, eb):
+    return np.max(np.abs(np.asarray(a) - np.asarray(b))
+                  / np.sqrt(np.asarray(ea) ** 2 + np.asarray(eb) ** 2 + 1e-30))
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_full_and_manifold_forms_agree_on_the_manifold(activation):
+    model = _model(activation)
+    ov = _state()
+    hp = Hyper(lr=0.7, lr_bias=1.2, weight_decay=0.1, batch=1, sgd_noise=True)
+    be = d.expectations.MonteCarlo(samples=1 << 15, seed=3)
+    mf, ff = ManifoldField.build(model, hp, be), FullField.build(model, hp, be)
+    r1, e1 = jax.jit(lambda o: mf.with_error(o, be))(ov)
+    r2, e2 = jax.jit(lambda o: ff.with_error(o, be))(ov)
+    for name in ("m", "q", "n", "s", "b"):
+        assert _z(getattr(r1, name), getattr(e1, name), getattr(r2, name),
+                  getattr(e2, name)) < 4.5, name
+    # the full form keeps the cross overlaps at zero up to Monte Carlo error
+    for name in ("kv", "kvs", "vks"):
+        assert np.max(np.abs(np.asarray(getattr(r2, name)))
+                      / (np.asarray(getattr(e2, name)) + 1e-30)) < 4.5
+        assert np.all(np.asarray(getattr(r1, name)) == 0)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_expectation_backends_agree_within_error_bars(activation):
+    model = _model(activation, L=2, H=1, prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]))
+    ov = d.Overlaps.manifold(m=jnp.array([[0.8]]), q=jnp.array([[1.5]]), n=jnp.array([0.6]),
+                             s=jnp.array([[0.8]]), b=jnp.array([0.1]))
+    hp = Hyper(lr=0.8, lr_bias=1.0, sgd_noise=True)
+    results = {}
+    for name in ("mc", "qmc", "quadrature"):
+        be = d.expectations.get_expectation(name, 1 << 14, seed=1)
+        f = ManifoldField.build(model, hp, be)
+        results[name] = jax.jit(lambda o: f.with_error(o, be))(ov)
+    for a in results:
+        for b in results:
+            if a < b:
+                for leaf in ("m", "q", "n", "s", "b"):
+                    ra, ea = (getattr(x, leaf) for x in results[a])
+                    rb, eb = (getattr(x, leaf) for x in results[b])
+                    assert _z(ra, ea, rb, eb) < 4.5, (a, b, leaf)
+    # quadrature (4 dims, order 11) is far more accurate than MC at the same budget
+    assert float(results["quadrature"][1].q.max()) < 0.1 * float(results["mc"][1].q.max())
+
+
+def test_mc_error_shrinks_like_inverse_sqrt_n():
+    model = _model()
+    ov = _state()
+    errs = []
+    for n in (1 << 11, 1 << 13, 1 << 15):
+        be = d.expectations.MonteCarlo(samples=n, seed=2)
+        f = ManifoldField.build(model, Hyper(lr=1.0, lr_bias=1.0), be)
+        errs.append(float(jax.jit(lambda o: f.with_error(o, be))(ov)[1].q[0, 0]))
+    ratios = np.array(errs[:-1]) / np.array(errs[1:])
+    np.testing.assert_allclose(ratios, 2.0, rtol=0.15)   # 4× the samples, half the error
+
+
+def test_zero_predictor_start_gives_delta2_plus_rho():
+    model = dataclasses.replace(_model(noise=0.4), rho=1.7)
+    ov = d.Overlaps.manifold(m=jnp.array([[0.5, 0.1], [-0.2, 0.3]]), q=jnp.eye(2),
+                             n=jnp.zeros(2), s=jnp.zeros((2, 2)), b=jnp.zeros(2))
+    r, e = d.population_risk(model, ov, d.expectations.MonteCarlo(samples=4096))
+    np.testing.assert_allclose(float(r), 0.4**2 + 1.7, rtol=1e-12)
+    assert float(e) < 1e-12
+
+
+def test_symmetric_and_psd_along_a_trajectory():
+    cfg = d.load_config(None, ["training.t_max=30", "output.n_save=31", "ode.samples=2048",
+                               "model.H=3", "model.activation=softmax1", "sim.dim=500"])
+    res = run_ode(cfg)
+    ov = res.overlaps
+    for name in ("q", "s"):
+        x = np.asarray(getattr(ov, name))
+        np.testing.assert_allclose(x, np.swapaxes(x, -1, -2), atol=1e-12)
+        assert np.linalg.eigvalsh(x).min() > -1e-9
+    # the full Gram matrix (with the teacher) stays PSD too
+    model = cfg.build_model()
+    gram = jax.vmap(lambda o: o.gram(model.rho))(ov)
+    assert np.linalg.eigvalsh(np.asarray(gram)).min() > -1e-9
+    assert np.all(np.isfinite(np.asarray(res.risk)))
+    assert float(res.risk[-1]) < float(res.risk[0])
+
+
+def test_symmetric_start_never_specializes():
+    cfg = d.load_config(None, ["training.t_max=40", "output.n_save=9", "ode.samples=2048",
+                               "ode.init=symmetric"])
+    ov = run_ode(cfg).overlaps
+    np.testing.assert_allclose(np.asarray(ov.m[:, 0]), np.asarray(ov.m[:, 1]), atol=1e-10)
+    np.testing.assert_allclose(np.asarray(ov.b[:, 0]), np.asarray(ov.b[:, 1]), atol=1e-10)
+
+
+def test_random_start_has_order_inverse_sqrt_d_differences():
+    model = _model(H=4)
+    spreads = []
+    for dim in (400, 6400):
+        ovs = [random_start(model, jr.key(i), dim, key_std=0.5, value_std=0.5, bias=0.0)
+               for i in range(8)]
+        spreads.append(np.mean([np.std(np.asarray(o.m)) for o in ovs]))
+    np.testing.assert_allclose(spreads[0] / spreads[1], 4.0, rtol=0.3)
+
+
+def test_stiff_solver_matches_the_explicit_one():
+    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=1024",
+                               "sim.dim=300"])
+    a = run_ode(cfg)
+    b = run_ode(cfg.replace(**{"ode.solver": "kvaerno5"}))
+    np.testing.assert_allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(a.risk), np.asarray(b.risk), atol=2e-5)
+
+
+def test_gradient_flow_decreases_the_risk_monotonically():
+    cfg = d.load_config(None, ["training.t_max=20", "output.n_save=21", "ode.samples=2048",
+                               "ode.sgd_noise=false", "sim.dim=500"])
+    r = np.asarray(run_ode(cfg).risk)
+    assert np.all(np.diff(r) < 1e-9)
+
+
+# ---- bad inputs -------------------------------------------------------------------------------
+
+def _field(model, samples=256):
+    return ManifoldField.build(model, Hyper(lr=1.0, lr_bias=1.0),
+                               d.expectations.MonteCarlo(samples=samples))
+
+
+def test_non_psd_initial_overlaps_error():
+    model = _model()
+    ov = _state()
+    bad = dataclasses.replace(ov, m=ov.m * 10.0)        # |m| > √q: not a Gram matrix
+    with pytest.raises(d.HeadflowError, match="not a valid Gram matrix"):
+        integrate(_field(model), bad, np.linspace(0, 1, 3))
+
+
+def test_inconsistent_shapes_error():
+    model = _model(H=3)
+    with pytest.raises(d.HeadflowError, match=r"shape .* H=3"):
+        integrate(_field(model), _state(H=2), np.linspace(0, 1, 3))
+
+
+def test_max_steps_error():
+    model = _model()
+    with pytest.raises(d.HeadflowError, match="max_steps"):
+        integrate(_field(model), _state(), np.linspace(0, 50, 3), max_steps=3)
+
+
+def test_nan_vector_field_error():
+    model = _model(noise=float("nan"))
+    with pytest.raises(d.DivergenceError, match="NaN/inf"):
+        integrate(_field(model), _state(), np.linspace(0, 1, 3))
+
+
+def test_divergence_error():
+    cfg = d.load_config(None, ["training.t_max=400", "output.n_save=5", "ode.samples=512",
+                               "training.lr=6.0", "sim.dim=300"])
+    with pytest.raises(d.HeadflowError, match="lr|max_steps"):
+        run_ode(cfg)
+
+
+def test_symmetric_start_constructor():
+    ov = symmetric_start(_model(H=3), key_std=0.2, value_std=0.3, bias=0.5)
+    np.testing.assert_allclose(np.asarray(ov.q), 0.04 * np.eye(3))
+    np.testing.assert_allclose(np.asarray(ov.s), 0.09 * np.eye(3))
+    np.testing.assert_allclose(np.asarray(ov.b), 0.5)
