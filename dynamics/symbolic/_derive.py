@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 
 import sympy as sp
 
 from ._activations import jacobian_fn, symbolic_activation
-from ._algebra import (SIGNAL_TOKEN, A, B, D, Delta, Expect, F, G, Gb, Ghat, L, LinearForm,
+from ._algebra import (SIGNAL_TOKEN, A, B, D, Delta, Expect, G, Gb, Ghat, L, LinearForm,
                        Omega, Term, b, canonical, chain_diff, chi, chis, contract, covariance,
                        e2, ell, eta, eta_b, expect, f, fresh, h, i_, isserlis, j_, js, k, kind,
                        lam_f, lim, m, n, p, prenex, pull_constants, q, rename, rho, s, u, wd, xi,
-                       ys, z, zeta, vanishes, tidy)
+                       ys, z, zeta, vanishes, tidy, SYMMETRIC)
 
 # -- 1. the generic local-field ODE ---------------------------------------------------------------
 
@@ -67,7 +68,8 @@ def _gram(u: tuple, v: tuple) -> sp.Expr:
     return sp.sqrt(D) * lam_f[w[1], x[1], x[2]]
 
 
-def _dot(x: list[_V], y: list[_V]) -> sp.Expr:
+def _dot(x: list[_V], y: list[_V], gram=_gram) -> sp.Expr:
+    """`x·y` for vectors given as lists of terms, by bilinearity and the Gram rule `gram`."""
     total = sp.Integer(0)
     for t1 in x:
         taken = {lm[0] for lm in t1.limits}
@@ -78,7 +80,7 @@ def _dot(x: list[_V], y: list[_V]) -> sp.Expr:
                     ren[lm[0]] = fresh(kind(lm[0]), taken | set(ren.values()))
             basis = tuple(ren.get(a, a) if isinstance(a, sp.Symbol) else a for a in t2.basis)
             limits = tuple((ren.get(lm[0], lm[0]),) + tuple(lm[1:]) for lm in t2.limits)
-            term = t1.coef * t2.coef.xreplace(ren) * _gram(t1.basis, basis)
+            term = t1.coef * t2.coef.xreplace(ren) * gram(t1.basis, basis)
             lims = t1.limits + limits
             total += sp.Sum(term, *lims) if lims else term
     return contract(total)
@@ -88,7 +90,10 @@ def _leading_order(e: sp.Expr) -> sp.Expr:
     """The `D → ∞` limit of an expression polynomial in `D^{±1/2}`, checking it is finite."""
     e = sp.expand(pull_constants(sp.expand(e)).subs(D, _eps**-2))
     parts = sp.collect(e, _eps, evaluate=False)
-    powers = {sp.Poly(key, _eps).degree() if key != 1 else 0: val for key, val in parts.items()}
+    powers = {}
+    for key, val in parts.items():
+        base, ex = key.as_base_exp()
+        powers[ex if base == _eps else 0] = val
     if min(powers) < 0:
         raise AssertionError(f"divergent terms in the high-dimensional limit: {e}")
     return powers.get(0, sp.Integer(0))
@@ -174,6 +179,7 @@ Tq = sp.IndexedBase("T^q")
 Nk = sp.IndexedBase("N^k")
 Nv = sp.IndexedBase("N^v")
 gb_ = sp.IndexedBase("g^b")
+SYMMETRIC.update({C_, Nk, Nv})   # symmetric by definition
 
 _h1, _l1 = sp.Symbol("h'", integer=True, positive=True), sp.Symbol("ell'",
                                                                       integer=True, positive=True)
@@ -223,6 +229,8 @@ class Manifold:
       N^k, N^v`), each `lhs = E[integrand]`;
     - `rhs`: `{"m", "q", "n", "s", "b", "kv", "kvs", "vks"}` → `(lhs, rhs)`, the ODE in the named
       expectations;
+    - `conditional`: per overlap block, the generic ODE with the value fields integrated out
+      (the expectation over the key fields still explicit);
     - `checks`: identities verified on the way (`{label: expression that simplified to 0}`).
     """
 
@@ -295,8 +303,6 @@ def manifold_ode(activation: str) -> Manifold:
     expanded = {"Ghat": tidy(ghat_def), "gbh": tidy(gbh_def)}
 
     # named covariances of the Gaussian factors (given the keys) ...
-    forms = {}
-
     def form_of(v):
         if v == ERR:
             return err
@@ -442,7 +448,7 @@ def _recognize(e: sp.Expr, named_defs: dict, only=None) -> sp.Expr:
     """Replace every `Expect(arg)` in `e` by the named expectation it equals (matching the
     definitions of `named_defs` under every renaming of their free indices)."""
 
-    def name_of(ex: Expect) -> sp.Expr:
+    def name_of(ex):
         arg = ex.args[0]
         free = _free_indices(arg)
         for nm, (lhs, integrand) in named_defs.items():
@@ -463,5 +469,4 @@ def _recognize(e: sp.Expr, named_defs: dict, only=None) -> sp.Expr:
 
 
 def _perms(xs):
-    import itertools
     return itertools.permutations(xs)

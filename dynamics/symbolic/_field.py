@@ -8,11 +8,11 @@ from jaxtyping import Array, Float
 
 from .._model import Model
 from .._overlaps import FieldLaw, Overlaps
-from .._risk import key_dims, over_theta, split_key_normals
+from .._risk import over_theta, split_key_normals
 from ..expectations import AbstractExpectation
-from ..ode._fields import AbstractField, Hyper
+from ..ode._fields import AbstractField, Hyper, ManifoldField
 from ._activations import symbolic_activation
-from ._codegen import Generated, generate
+from ._codegen import INTEGRANDS, Generated, generate
 
 
 class SymbolicField(AbstractField):
@@ -24,22 +24,30 @@ class SymbolicField(AbstractField):
     [`dynamics.ode.ManifoldField`][], so the two agree to round-off; only the per-node
     integrands (the activation, `e²`, `Ĝ`, `ĝ^b`, `Γ`, ...) and the assembly of the ODE are the
     generated code.
+
+    `style` selects the code generator: `"einsum"` (vectorized array code, the default) or
+    `"scalar"` (every entry unrolled through `sympy.lambdify`; small cases only).
     """
 
+    style: str = eqx.field(static=True, default="einsum")
+
     @classmethod
-    def build(cls, model: Model, hyper: Hyper, backend: AbstractExpectation) -> SymbolicField:
+    def build(cls, model: Model, hyper: Hyper, backend: AbstractExpectation, *,
+              style: str = "einsum") -> SymbolicField:
         """**Arguments:** the model, step sizes and expectation backend, as for
         `ManifoldField.build`. **Returns:** the field (the code is generated here, once per
         process and case)."""
         symbolic_activation(model.activation.name)  # a one-line error if there is none
-        field = cls(model=model, hyper=hyper, nodes=backend.nodes(key_dims(model)))
+        # exactly ManifoldField's nodes (whatever its node construction: symmetrized orbits, ...)
+        nodes = ManifoldField.build(model, hyper, backend).nodes
+        field = cls(model=model, hyper=hyper, nodes=nodes, style=style)
         field.generated()
         return field
 
     def generated(self) -> Generated:
         model = self.model
         return generate(model.activation.name, model.H, model.L, model.F,
-                        self.hyper.sgd_noise)
+                        self.hyper.sgd_noise, self.style)
 
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
         model, hp = self.model, self.hyper
@@ -54,7 +62,8 @@ class SymbolicField(AbstractField):
             return gen.integrands(chi, chi_star, ov.b, ov.n, ov.s, rho, noise)
 
         E = over_theta(model, tn, at)
-        d = gen.rhs(E, ov.m, ov.q, ov.n, ov.s, ov.b, hp.lr, hp.lr_bias, hp.weight_decay,
+        ex = [E[c] for c in INTEGRANDS if c in E]
+        d = gen.rhs(*ex, ov.m, ov.q, ov.n, ov.s, ov.b, hp.lr, hp.lr_bias, hp.weight_decay,
                     hp.batch, rho)
         dn, ds = d["n"], d["s"]
         if not model.train_values:   # frozen values: v_h = v* is not updated
