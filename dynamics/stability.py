@@ -7,9 +7,10 @@ every head has the same order parameters; they specialize when the head-to-head 
 - the symmetric subspace and its projector ([`head_average`][]), and the reduced ODE on it
   ([`SymmetricField`][]);
 - an exactly head-permutation-equivariant vector field ([`equivariant_field`][]): the Gaussian
-  nodes are closed under permutations of the heads' noise, so the symmetric subspace is exactly
-  invariant and the Jacobian exactly commutes with head permutations (with plain Monte Carlo
-  nodes the `O(N^{-1/2})` asymmetry of the estimate would itself seed specialization);
+  nodes are closed under all permutations of the heads' noise (the engine does this for H ≤ 4;
+  here up to H = 6), so the symmetric subspace is exactly invariant and the Jacobian exactly
+  commutes with head permutations (with independent nodes the `O(N^{-1/2})` asymmetry of the
+  estimate would itself seed specialization);
 - the head-difference perturbations ([`HeadModes`][]): by Schur's lemma the Jacobian restricted
   to the *standard* representation of the permutation group (perturbations where the heads
   differ, weighted by a vector `w ⊥ 1`) is `I_{H−1} ⊗ B(t)` with one small matrix `B(t)`
@@ -47,6 +48,7 @@ from ._risk import key_dims
 from .expectations import Nodes, get_expectation
 from .ode._fields import AbstractField, Hyper, ManifoldField
 from .ode._integrate import get_solver
+from .ode._symmetry import head_permutations
 from .ode._state import random_start
 
 MAX_GROUP = 720
@@ -102,11 +104,11 @@ def unflatten(vec: Float[Array, " N"], H: int, F: int) -> Overlaps:
 
 
 def permutation_closed(nodes: Nodes, model: Model) -> Nodes:
-    """Close a node set under the permutations of the heads' noise `g⊥` (rows of the `H×L`
-    block of each node), keeping QMC replicate blocks contiguous. Every permuted copy gets the
-    weight of its original divided by `H!`, so the estimate of any head-symmetric expectation is
-    unchanged in law while the vector field becomes exactly equivariant:
-    `f(P·ov) = P·f(ov)` for every head permutation `P`."""
+    """Close a node set under all `H!` permutations of the heads' noise `g⊥` (rows of the
+    `H×L` block of each node): each node followed by its images, weights divided by `H!`,
+    `orbit = H!` (so error estimates average each orbit first), QMC replicate blocks kept
+    contiguous. The estimate of a head-symmetric expectation is unchanged in law while the
+    vector field becomes exactly equivariant: `f(P·ov) = P·f(ov)` for every permutation `P`."""
     H, L, F = model.H, model.L, model.F
     if nodes.x_low is not None:  # tensor-product quadrature: already closed
         return nodes
@@ -122,26 +124,31 @@ def permutation_closed(nodes: Nodes, model: Model) -> Nodes:
         return xs, ws
 
     x, w = close(nodes.x, nodes.w)
-    return Nodes(x=x, w=w, groups=nodes.groups)
+    return Nodes(x=x, w=w, groups=nodes.groups, orbit=len(perms))
 
 
 def equivariant_field(model: Model, hyper: Hyper, *, expectation: str = "qmc",
                       samples: int = 4096, seed: int = 0) -> ManifoldField:
-    """The manifold vector field with nodes closed under head permutations
-    ([`permutation_closed`][]), `samples` nodes in all (`samples / H!` base nodes, at least 16).
+    """The manifold vector field with nodes closed under *all* head permutations, `samples`
+    nodes in all. For H ≤ 4 this is the engine's field ([`ManifoldField.build`][] closes the
+    nodes under the full group); for H = 5, 6 the engine closes them under cyclic shifts only,
+    and this closes them under all `H!` permutations ([`permutation_closed`][]).
 
-    **Raises:** [`HeadflowError`][] when `H! > 720` or `samples / H!` < 16.
+    **Raises:** [`HeadflowError`][] when `H! > 720` or `samples < 16·H!` (H = 5, 6).
     """
+    backend = get_expectation(expectation, samples, seed=seed)
     G = math.factorial(model.H)
+    if expectation == "quadrature" or len(head_permutations(model.H)) == G:
+        return ManifoldField.build(model, hyper, backend)
     if G > MAX_GROUP:
         raise HeadflowError(f"the equivariant vector field closes the nodes under all H! head "
                             f"permutations; H = {model.H} gives {G} > {MAX_GROUP}: use H ≤ 6")
-    base = samples // G if expectation != "quadrature" else samples
-    if base < 16:
-        raise HeadflowError(f"ode.samples = {samples} is too small for an equivariant field "
-                            f"with H = {model.H} heads: need at least 16·H! = {16 * G}")
-    backend = get_expectation(expectation, base, seed=seed)
-    nodes = permutation_closed(backend.nodes(key_dims(model)), model)
+    if samples < 16 * G:
+        raise HeadflowError(f"ode.samples = {samples} is too small to close the nodes under all "
+                            f"{G} permutations of H = {model.H} heads: need at least 16·H! = "
+                            f"{16 * G} (or use the engine's cyclic closure, --engine-field)")
+    base = get_expectation(expectation, math.ceil(samples / G), seed=seed)
+    nodes = permutation_closed(base.nodes(key_dims(model)), model)
     return ManifoldField(model=model, hyper=hyper, nodes=nodes)
 
 

@@ -12,6 +12,9 @@ Definitions, thresholds and their justification: `docs/phases.md`.
   together); a stage is a time at which a group splits. Its *feature* is the one along which the
   new groups differ most once the split has grown to `2θ` (or at the end of the run), and the
   heads above / below the midpoint along it are the `plus` / `minus` sides.
+- **feature times**: `t_f`, the persistent crossing of θ by the spread along feature f,
+  `S_f(t) = max_h α_hf − min_h α_hf` (when feature f is first told apart by some heads, even
+  heads already separated along another feature); `feature_order` sorts the features by it.
 - **plateau**: exit = the first stage (the escape time); entry = the first time the head-mean
   alignment `a(t) = ‖mean_h α_h(t)‖` (running median over 5 saves) reaches 90% of its value at
   the exit. With `a < θ` at the exit (no mean direction to learn) the plateau starts at `t_0`.
@@ -137,6 +140,13 @@ class Phases:
     excursions: tuple[Excursion, ...]
     final_alignment: np.ndarray
     separation_times: np.ndarray
+    feature_times: tuple[float | None, ...] = ()
+
+    @property
+    def feature_order(self) -> list[int]:
+        """Features (0-based) sorted by their feature time; those never told apart left out."""
+        timed = [(t, f) for f, t in enumerate(self.feature_times) if t is not None]
+        return [f for _, f in sorted(timed)]
 
     @property
     def stage_order(self) -> list[int]:
@@ -164,6 +174,8 @@ class Phases:
                 "plateau_exit": self.plateau_exit, "plateau_alignment": self.plateau_alignment,
                 "stages": [s.to_dict() for s in self.stages],
                 "stage_order": [f + 1 for f in self.stage_order],
+                "feature_times": list(self.feature_times),
+                "feature_order": [f + 1 for f in self.feature_order],
                 "excursions": [e.to_dict() for e in self.excursions],
                 "assignment": self.assignment()}
 
@@ -213,8 +225,10 @@ def _stages(t: np.ndarray, alpha: np.ndarray, sep: np.ndarray, threshold: float
             children = tuple(c for c in new if set(c) <= set(parent))
             if len(children) < 2:
                 continue
-            means = lambda at: np.stack([_interp_rows(t, alpha, at)[list(c)].mean(axis=0)  # noqa: E731
-                                         for c in children])
+            def means(at, children=children):
+                rows = _interp_rows(t, alpha, at)
+                return np.stack([rows[list(c)].mean(axis=0) for c in children])
+
             # read the direction once the split has grown (SETTLE·θ) or at the end
             read = float(t[-1])
             for k in range(np.searchsorted(t, tau), len(t)):
@@ -287,10 +301,13 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
         entry = float(t[idx[0]]) if idx.size else None
         if entry is not None and exit_ is not None:
             entry = min(entry, exit_)
+    spread_f = alpha.max(axis=1) - alpha.min(axis=1)                     # (T, F)
+    feature_times = tuple(persistent_crossing(t, spread_f[:, f], threshold)
+                          for f in range(alpha.shape[-1]))
     return Phases(threshold=float(threshold), plateau_entry=entry, plateau_exit=exit_,
                   plateau_alignment=a_ref, stages=tuple(stages),
                   excursions=tuple(_reversals(t, alpha, threshold, stages)),
-                  final_alignment=alpha[-1], separation_times=sep)
+                  final_alignment=alpha[-1], separation_times=sep, feature_times=feature_times)
 
 
 def seed_summary(phases: list[Phases]) -> dict:
@@ -299,10 +316,17 @@ def seed_summary(phases: list[Phases]) -> dict:
     exits = np.array([p.plateau_exit for p in phases if p.plateau_exit is not None])
     entries = np.array([p.plateau_entry for p in phases if p.plateau_entry is not None])
     orders = Counter("-".join(str(f + 1) for f in p.stage_order) or "none" for p in phases)
+    forders = Counter("-".join(str(f + 1) for f in p.feature_order) or "none" for p in phases)
+    ftimes = np.array([[np.nan if x is None else x for x in p.feature_times] for p in phases])
     n = len(exits)
     return {"seeds": len(phases), "escaped": int(n),
             "plateau_exit_mean": float(exits.mean()) if n else None,
             "plateau_exit_sem": float(exits.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
             "plateau_entry_mean": float(entries.mean()) if entries.size else None,
             "stage_orders": dict(orders.most_common()),
-            "stage_order": orders.most_common(1)[0][0] if phases else None}
+            "stage_order": orders.most_common(1)[0][0] if phases else None,
+            "feature_orders": dict(forders.most_common()),
+            "feature_order": forders.most_common(1)[0][0] if phases else None,
+            "feature_times_mean": [None if not np.isfinite(ftimes[:, f]).any()
+                                   else float(np.nanmean(ftimes[:, f]))
+                                   for f in range(ftimes.shape[1])] if phases else []}

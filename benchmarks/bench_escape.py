@@ -1,0 +1,65 @@
+"""Full-size escape-time measurement (spec §8.3): the `headflow escape` study of
+`validation/configs/escape.toml` over D = 250, 500, 1000, 2000, 4000 with 16 seeds, compile
+time reported separately from run time.
+
+    .venv/bin/python benchmarks/bench_escape.py [--dims 250,500,1000,2000,4000] [--seeds 16]
+        [--out runs/bench-escape]
+
+Writes the same run folder as `headflow escape` (escape.json, escape.npz, escape.png) and prints
+λ, the predicted slope, the measured slope with its 95% interval and the timings: `compile_s`
+(a warm-up pass with the same shapes and a vanishing horizon: jit compilation of the SGD
+segments and of the tangent-linear solve), then `sgd_s` and `theory_s` of the real pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dims", default="250,500,1000,2000,4000")
+    ap.add_argument("--seeds", type=int, default=16)
+    ap.add_argument("--out", type=Path, default=Path("runs/bench-escape"))
+    args = ap.parse_args()
+
+    from dynamics import Config
+    from validation import escape as esc
+    from validation._rundir import run_dir
+    from validation.phase_plots import plot_escape
+
+    text = resources.files("validation").joinpath("configs/escape.toml").read_text()
+    cfg = Config.from_dict(tomllib.loads(text)).replace(**{"sim.seeds": args.seeds})
+    dims = [int(d) for d in args.dims.split(",")]
+
+    t0 = time.perf_counter()
+    esc.sgd_escape_times(cfg, dims, args.seeds, t_max=1e-6)
+    esc.linear_theory(cfg, t_max=1e-3)
+    compile_s = time.perf_counter() - t0
+
+    with run_dir(args.out, command="bench_escape", config_toml=cfg.to_toml()) as rd:
+        t0 = time.perf_counter()
+        report, arrays = esc.escape_study(cfg, dims, args.seeds)
+        run_s = time.perf_counter() - t0
+        rd.meta["timings"] = {"compile_s": compile_s, "run_s": run_s, **report["wall_s"]}
+        rd.path("escape.json").write_text(json.dumps(report, indent=2) + "\n")
+        np.savez(rd.path("escape.npz"), **arrays)
+        plot_escape(rd.path("escape.png"), report, arrays)
+    print(json.dumps({k: report[k] for k in ("lambda", "slope_predicted", "slope_measured",
+                                             "slope_ci", "escape_mean", "escape_predicted",
+                                             "censored")}, indent=2))
+    print(json.dumps({"compile_s": round(compile_s, 1), "run_s": round(run_s, 1),
+                      "sgd_s": round(report["wall_s"]["sgd"], 1),
+                      "theory_s": round(report["wall_s"]["linear_theory"], 1)}))
+    print(f"-> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

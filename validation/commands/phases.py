@@ -1,0 +1,122 @@
+"""`headflow phases CONFIG`: the phases and specialization stages of one run, ODE and SGD."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dynamics import ConfigError
+from dynamics.ode import integrate, trajectory_risk
+from dynamics.ode import backend_of
+from dynamics.stability import field_for
+from sims import run_sgd
+
+from .._rundir import run_dir
+from ..analysis import ESCAPE_THRESHOLD, alignment
+from ..phase_plots import plot_phases
+from ..phases import detect_phases, seed_summary
+from ._common import add_config_args, config_from_args, out_dir, positive_int, show_progress
+from .escape import positive_float
+
+
+def register(sub) -> None:
+    p = sub.add_parser("phases", help="phases and specialization stages of one run (ODE and "
+                       "SGD)",
+                       description="Run online SGD at --dim over --seeds and the ODE started "
+                       "from the measured initial overlaps of the first seed; detect the "
+                       "unspecialized plateau (entry, exit), the specialization stages (time, "
+                       "feature, which heads went which way) and the excursions of each run "
+                       "(phases.json, phases_ode.png, phases_sgd.png, sgd.npz, ode.npz). "
+                       "Definitions: docs/phases.md.")
+    add_config_args(p)
+    p.add_argument("--dim", type=positive_int, help="D (overrides sim.dim)")
+    p.add_argument("--seeds", type=positive_int, help="number of seeds (overrides sim.seeds)")
+    p.add_argument("--threshold", type=positive_float, default=ESCAPE_THRESHOLD,
+                   help=f"alignment-difference threshold θ (default {ESCAPE_THRESHOLD})")
+    p.add_argument("--no-sgd", action="store_true",
+                   help="ODE only, from a random start at sim.dim ([ode] init)")
+    p.add_argument("--engine-field", action="store_true",
+                   help="integrate with the engine's nodes instead of head-permutation-closed "
+                   "ones (see docs/phases.md)")
+    p.set_defaults(func=run)
+
+
+def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False) -> dict:
+    """The manifold ODE from `ov0` on `times` (float64), with its risk: `ode.npz` arrays."""
+    from dynamics.ode import initial_state
+
+    model = cfg.build_model()
+    field = field_for(cfg, model, equivariant=equivariant)
+    ov0 = initial_state(cfg, model) if ov0 is None else ov0
+    ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0.on_manifold())
+    o = cfg.ode
+    sol = integrate(field, ov0, times, solver=o.solver, rtol=o.rtol, atol=o.atol,
+                    max_steps=o.max_steps, progress=progress)
+    risk, err = trajectory_risk(model, sol.overlaps, backend_of(cfg), manifold=True)
+    ov = sol.overlaps
+    out = {"t": sol.t, "risk": risk, "risk_err": err, "m": ov.m, "q": ov.q, "n": ov.n,
+           "s": ov.s, "b": ov.b}
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def run(args) -> dict:
+    cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
+    if cfg.model.H < 2:
+        raise ConfigError(f"model.H = {cfg.model.H}: phases need at least 2 heads")
+    if cfg.ode.form != "manifold":
+        raise ConfigError("phases integrates the manifold ODE (ode.form = 'manifold')")
+    theta = args.threshold
+    out = out_dir(args, "phases", cfg, extra=f"{theta}{args.no_sgd}{args.engine_field}")
+    times = cfg.save_times()
+    summary: dict = {"threshold": theta, "dim": cfg.sim.dim,
+                     "equivariant_field": not args.engine_field}
+    with run_dir(out, command="phases", config_toml=cfg.to_toml(),
+                 meta={"dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
+        ov0 = None
+        if not args.no_sgd:
+            with rd.timed("sgd"):
+                sgd = run_sgd(cfg, progress=show_progress(), times=times)
+            sa = sgd.arrays()
+            np.savez(rd.path("sgd.npz"), **sa)
+            ov0 = jax.tree.map(lambda x: x[0, 0], sgd.overlaps)
+            per_seed = [detect_phases(sa["t"], sa["m"][i], sa["q"][i], threshold=theta)
+                        for i in range(len(sgd.seeds))]
+            summary["sgd"] = {**seed_summary(per_seed), "seeds_list": list(sgd.seeds),
+                              "per_seed": [p.to_dict() for p in per_seed]}
+            plot_phases(rd.path("phases_sgd.png"), sa["t"], sa["risk"][0],
+                        alignment(sa["m"][0], sa["q"][0]), per_seed[0],
+                        title=f"SGD seed {sgd.seeds[0]}, D = {sgd.dim}, "
+                        f"{cfg.model.H} {cfg.model.activation} heads")
+        with rd.timed("ode"):
+            oa = ode_trajectory(cfg, ov0, times, equivariant=not args.engine_field,
+                                progress=show_progress())
+        np.savez(rd.path("ode.npz"), **oa)
+        ph = detect_phases(oa["t"], oa["m"], oa["q"], threshold=theta)
+        summary["ode"] = ph.to_dict()
+        start = "SGD seed 0's measured initial overlaps" if ov0 is not None else \
+            f"a random start at D = {cfg.sim.dim}"
+        plot_phases(rd.path("phases_ode.png"), oa["t"], oa["risk"],
+                    alignment(oa["m"], oa["q"]), ph,
+                    title=f"ODE from {start}, {cfg.model.H} {cfg.model.activation} heads")
+        rd.path("phases.json").write_text(json.dumps(summary, indent=2) + "\n")
+    o = summary["ode"]
+    line = (f"ODE: plateau {_fmt(o['plateau_entry'])} → {_fmt(o['plateau_exit'])}, stages "
+            + (", ".join(f"f{s['feature']} at t={s['time']:.2f} (+{s['plus']} / −{s['minus']})"
+                         for s in o["stages"]) or "none"))
+    print(line)
+    if "sgd" in summary:
+        s = summary["sgd"]
+        print(f"SGD: {s['escaped']}/{s['seeds']} seeds escaped, exit "
+              f"{_fmt(s['plateau_exit_mean'])} ± {_fmt(s['plateau_exit_sem'])}; stage orders "
+              f"{s['stage_orders']}")
+    compact = {k: v for k, v in summary.items() if k != "sgd"}
+    if "sgd" in summary:
+        compact["sgd"] = {k: v for k, v in summary["sgd"].items() if k != "per_seed"}
+    return {**compact, "stage_order_ode": o["stage_order"], "out": str(out)}
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.2f}"

@@ -1,0 +1,280 @@
+"""Escape times from the unspecialized plateau versus D (spec §8 item 3): SGD measurements
+against the linear-stability prediction of [`dynamics.stability`][].
+
+- **measured**: for each D and seed, online SGD from a random start; the escape time is the
+  persistent crossing of the head spread `max_f max_{h,h'} |α_hf − α_h'f|` through θ
+  ([`validation.phases.persistent_crossing`][], the plateau exit of
+  [`validation.phases.detect_phases`][]). Slope in `ln D` by ordinary least squares over every
+  run that escaped, with a Student-t 95% interval.
+- **predicted**: the symmetric trajectory and the tangent-linear propagator `Φ(t)` of the head
+  differences along it; the linearized head spread of a random start at dimension D is
+  `S_j(t)/√D`, `S_j` for draws `j` of the initialization law. The median draw escapes when
+  `ln S(t) = ln θ + ½ ln D + c'` — i.e. `∫λ = ½ ln D + c`. `c' = 0` is the parameter-free
+  prediction from the initial perturbation alone; SGD keeps injecting `O(1/√D)` noise during the
+  plateau, which raises the effective amplitude by a D-independent factor, so the main
+  prediction fits `c'` (one number: where on the growth curve the escapes happen) and predicts
+  the *slope*, `d t_esc / d ln D = 1/(2λ(t_esc))`, from the growth rate alone.
+
+Decisions and their reasons: `docs/phases.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from scipy import optimize, stats
+
+from dynamics import Config, HeadflowError
+from dynamics import stability as stab
+from dynamics.ode import symmetric_start
+from sims import SGDHyper, save_steps_for, simulate
+
+from .analysis import ESCAPE_THRESHOLD, head_spread
+from .phases import persistent_crossing
+
+DRAWS = 512
+"""Draws of the initialization law used for the linear prediction."""
+
+DRAW_DIM = 4096
+"""Dimension at which those draws are made (the law of `√D ×` the head differences barely
+depends on D)."""
+
+
+@dataclasses.dataclass
+class LinearTheory:
+    """The linear-stability side: the [`dynamics.stability.StabilityResult`][], the per-draw
+    log linear spread `log_spread (n, T)` at D = 1, and its median `median_log (T)`."""
+
+    result: stab.StabilityResult
+    log_spread: np.ndarray
+    threshold: float
+
+    @property
+    def t(self) -> np.ndarray:
+        return np.asarray(self.result.t)
+
+    @property
+    def median_log(self) -> np.ndarray:
+        return np.median(self.log_spread, axis=0)
+
+    def escape_times(self, dims, offset: float = 0.0) -> np.ndarray:
+        """Median-draw escape time for each D: first time the median log spread reaches
+        `ln θ + ½ ln D + offset` after its last visit below `ln(θ/2) + ½ ln D + offset`
+        (NaN if not within the integrated range)."""
+        levels = np.log(self.threshold) + 0.5 * np.log(np.atleast_1d(dims)) + offset
+        return np.array([_log_crossing(self.t, self.median_log, lev) for lev in levels])
+
+    def draw_escape_times(self, dims) -> np.ndarray:
+        """Per-draw escape times `(n, len(dims))` with no offset (the parameter-free
+        distribution from the initial perturbation alone)."""
+        levels = np.log(self.threshold) + 0.5 * np.log(np.asarray(dims, dtype=np.float64))
+        out = np.full((self.log_spread.shape[0], len(levels)), np.nan)
+        for j, lev in enumerate(levels):
+            for i, row in enumerate(self.log_spread):
+                out[i, j] = _log_crossing(self.t, row, lev)
+        return out
+
+    def rate_at(self, times) -> tuple[np.ndarray, np.ndarray]:
+        """`(λ(t), d ln S/dt)` at the given times: the instantaneous eigenvalue and the
+        growth rate of the median linear spread."""
+        t = self.t
+        lam = np.interp(times, t, np.asarray(self.result.growth_rate))
+        ftr = np.interp(times, t, np.gradient(self.median_log, t))
+        return lam, ftr
+
+
+def _log_crossing(t: np.ndarray, log_x: np.ndarray, level: float) -> float:
+    """Persistent crossing of `level` by `log_x` (hysteresis: `level − ln 2`, i.e. θ/2), with
+    linear interpolation of the log (exact for an exponential); NaN if none."""
+    c = persistent_crossing(t, log_x - level + 1.0, 1.0, hysteresis=1.0 - np.log(2.0))
+    return np.nan if c is None else c
+
+
+def linear_theory(cfg: Config, *, t_max: float | None = None, n_times: int = 121,
+                  threshold: float = ESCAPE_THRESHOLD, draws: int = DRAWS,
+                  equivariant: bool = True, seed: int = 0) -> LinearTheory:
+    """Integrate the symmetric trajectory and its tangent-linear propagator on
+    `[0, t_max]` (default `training.t_max`) and the linear spread of `draws` random starts."""
+    model = cfg.build_model()
+    tr, o = cfg.training, cfg.ode
+    field = stab.field_for(cfg, model, equivariant=equivariant)
+    modes = stab.HeadModes.build(model)
+    ov0 = symmetric_start(model, key_std=tr.init_key_std, value_std=tr.init_value_std,
+                          bias=tr.init_bias)
+    ts = np.linspace(0.0, tr.t_max if t_max is None else t_max, n_times)
+    res = stab.linear_stability(field, ov0, ts, modes=modes, solver=o.solver,
+                                rtol=min(o.rtol, 1e-6), atol=min(o.atol, 1e-8),
+                                max_steps=o.max_steps)
+    coef = stab.initial_contrasts(model, jr.key(seed), modes, n=draws, dim=DRAW_DIM,
+                                  key_std=tr.init_key_std, value_std=tr.init_value_std,
+                                  bias=tr.init_bias)
+    spread = stab.linear_spread(res, modes, coef)
+    with np.errstate(divide="ignore"):
+        logs = np.log(np.maximum(spread, 1e-300))
+    return LinearTheory(result=res, log_spread=logs, threshold=threshold)
+
+
+def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = None,
+                     n_save: int | None = None, threshold: float = ESCAPE_THRESHOLD,
+                     progress: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Escape time of every SGD run, `(len(dims), seeds)` with NaN where the run did not
+    escape before `t_max`; and the head-spread trajectories `(seeds, T)` per D."""
+    model = cfg.build_model()
+    tr = cfg.training
+    t_max = tr.t_max if t_max is None else t_max
+    n_save = cfg.output.n_save if n_save is None else n_save
+    times = np.linspace(0.0, t_max, n_save)
+    seed_list = list(range(cfg.sim.seed, cfg.sim.seed + seeds))
+    out = np.full((len(dims), seeds), np.nan)
+    spreads = []
+    for i, D in enumerate(dims):
+        steps = save_steps_for(times, int(D))
+        ov, _, _ = simulate(model, SGDHyper.from_config(tr), dim=int(D), seeds=seed_list,
+                            save_steps=steps, init_std=(tr.init_key_std, tr.init_value_std,
+                                                        tr.init_bias),
+                            dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
+        t = steps / int(D)
+        sp = head_spread(np.asarray(ov.m), np.asarray(ov.q))            # (S, T)
+        spreads.append(sp)
+        for s in range(seeds):
+            c = persistent_crossing(t, sp[s], threshold)
+            out[i, s] = np.nan if c is None else c
+    return out, spreads
+
+
+def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
+    """Ordinary least squares of `t_esc` on `ln D` over every finite entry of
+    `times (len(dims), seeds)`; slope, intercept, standard error and the Student-t interval
+    at `level`.
+
+    **Raises:** [`HeadflowError`][] with fewer than two distinct D or three runs."""
+    x = np.repeat(np.log(np.asarray(dims, dtype=np.float64)), times.shape[1])
+    y = times.ravel()
+    ok = np.isfinite(y)
+    x, y = x[ok], y[ok]
+    if len(np.unique(x)) < 2 or len(y) < 3:
+        raise HeadflowError("escape: fewer than two dimensions (or three runs) escaped before "
+                            "t_max; raise training.t_max or use more seeds")
+    fit = stats.linregress(x, y)
+    dof = len(y) - 2
+    half = stats.t.ppf(0.5 + level / 2, dof) * fit.stderr
+    return {"slope": float(fit.slope), "intercept": float(fit.intercept),
+            "stderr": float(fit.stderr), "ci": [float(fit.slope - half), float(fit.slope + half)],
+            "level": level, "runs": int(len(y)), "dof": int(dof)}
+
+
+def calibrate_offset(theory: LinearTheory, dims, times: np.ndarray) -> float:
+    """The offset `c'` that makes the median-draw prediction pass through the measured escape
+    times (least squares over the runs that escaped)."""
+    dims = np.asarray(dims, dtype=np.float64)
+    means = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in times])
+    counts = np.isfinite(times).sum(axis=1)
+
+    def loss(c):
+        pred = theory.escape_times(dims, c)
+        res = np.where(np.isfinite(pred), pred - means, theory.t[-1] - means)
+        w = np.where(np.isfinite(means), counts, 0)
+        return float(np.sum(w * np.nan_to_num(res) ** 2))
+
+    lo, hi = -40.0, 40.0
+    grid = np.linspace(lo, hi, 161)
+    best = grid[int(np.argmin([loss(c) for c in grid]))]
+    r = optimize.minimize_scalar(loss, bounds=(best - 0.5, best + 0.5), method="bounded",
+                                 options={"xatol": 1e-6})
+    return float(r.x)
+
+
+def predicted_slope(theory: LinearTheory, dims, times: np.ndarray, offset: float) -> float:
+    """The slope in `ln D` of the predicted escape times over the measured dimensions, each D
+    weighted by its number of escaped runs (as in the OLS fit of the data)."""
+    x = np.log(np.asarray(dims, dtype=np.float64))
+    pred = theory.escape_times(dims, offset)
+    w = np.isfinite(times).sum(axis=1) * np.isfinite(pred)
+    if np.count_nonzero(w) < 2:
+        raise HeadflowError("escape: the linear theory does not reach the escape threshold "
+                            "within t_max for two dimensions; raise training.t_max")
+    xm = np.sum(w * x) / w.sum()
+    ym = np.sum(w * np.nan_to_num(pred)) / w.sum()
+    return float(np.sum(w * (x - xm) * (np.nan_to_num(pred) - ym)) / np.sum(w * (x - xm) ** 2))
+
+
+def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THRESHOLD,
+                 t_max: float | None = None, n_times: int = 121, equivariant: bool = True,
+                 progress: bool = False) -> tuple[dict, dict]:
+    """Measured escape times over `dims × seeds` and the linear-stability prediction.
+
+    **Returns:** `(report, arrays)`: the report (JSON-able: `lambda`, `slope_predicted`,
+    `slope_measured`, `slope_ci`, and details) and the arrays for `escape.npz`/figures.
+    """
+    dims = [int(d) for d in dims]
+    t_max = cfg.training.t_max if t_max is None else float(t_max)
+    t0 = time.perf_counter()
+    times, spreads = sgd_escape_times(cfg, dims, seeds, t_max=t_max, threshold=threshold,
+                                      progress=progress)
+    t1 = time.perf_counter()
+    theory = linear_theory(cfg, t_max=t_max, n_times=n_times, threshold=threshold,
+                           equivariant=equivariant)
+    t2 = time.perf_counter()
+    fit = fit_slope(dims, times)
+    offset = calibrate_offset(theory, dims, times)
+    slope_pred = predicted_slope(theory, dims, times, offset)
+    pred = theory.escape_times(dims, offset)
+    pred0 = theory.escape_times(dims, 0.0)
+    try:
+        slope_pred0 = predicted_slope(theory, dims, times, 0.0)
+    except HeadflowError:
+        slope_pred0 = None
+    lam_eig, lam_tl = theory.rate_at(np.nan_to_num(pred, nan=t_max))
+    log_growth = np.asarray(theory.result.log_growth)
+    c_eig = np.interp(np.nan_to_num(pred, nan=t_max), theory.t, log_growth) - 0.5 * np.log(dims)
+    lam_eff = 1.0 / (2.0 * slope_pred) if slope_pred > 0 else None
+    censored = np.isnan(times).sum(axis=1)
+    rates = np.asarray(theory.result.growth_rate)
+    k = int(np.argmax(rates))
+    report = {
+        "lambda": lam_eff,
+        "slope_predicted": slope_pred,
+        "slope_measured": fit["slope"],
+        "slope_ci": fit["ci"],
+        "slope_stderr": fit["stderr"],
+        "intercept_measured": fit["intercept"],
+        "agrees": bool(fit["ci"][0] <= slope_pred <= fit["ci"][1]),
+        "slope_predicted_initial": slope_pred0,
+        "offset": offset,
+        "dims": dims, "seeds": int(seeds), "threshold": threshold, "t_max": t_max,
+        "escape_mean": [float(np.nanmean(r)) if np.isfinite(r).any() else None for r in times],
+        "escape_sem": [float(np.nanstd(r, ddof=1) / np.sqrt(np.isfinite(r).sum()))
+                       if np.isfinite(r).sum() > 1 else None for r in times],
+        "censored": [int(c) for c in censored],
+        "escape_predicted": [None if np.isnan(p) else float(p) for p in pred],
+        "escape_predicted_initial": [None if np.isnan(p) else float(p) for p in pred0],
+        "lambda_at_escape": [float(x) for x in lam_eig],
+        "growth_rate_at_escape": [float(x) for x in lam_tl],
+        "c_eigenvalue_formula": [float(x) for x in c_eig],
+        "lambda_max": float(rates[k]), "t_lambda_max": float(theory.t[k]),
+        "eigenvector_labels": list(theory.result.labels),
+        "eigenvector_at_escape": [float(x) for x in np.asarray(theory.result.eigenvector)[
+            int(np.argmin(np.abs(theory.t - np.nan_to_num(np.nanmedian(pred), nan=t_max))))]],
+        "equivariant_field": equivariant,
+        "wall_s": {"sgd": t1 - t0, "linear_theory": t2 - t1},
+    }
+    res = theory.result
+    arrays = {"dims": np.asarray(dims), "escape_times": times, "t": theory.t,
+              "sgd_t": np.linspace(0.0, t_max, cfg.output.n_save),
+              "sgd_spread": np.stack(spreads),
+              "growth_rate": np.asarray(res.growth_rate), "log_growth": log_growth,
+              "finite_time_rate": res.finite_time_rate(), "median_log_spread": theory.median_log,
+              "eigenvector": np.asarray(res.eigenvector),
+              "symmetric_m": np.asarray(res.symmetric.m[:, 0]),
+              "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
+              "predicted": pred, "predicted_initial": pred0,
+              "draw_escape_initial": theory.draw_escape_times(dims)}
+    return report, arrays
+
+
+__all__ = ["LinearTheory", "linear_theory", "sgd_escape_times", "fit_slope", "calibrate_offset",
+           "predicted_slope", "escape_study"]

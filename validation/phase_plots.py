@@ -1,0 +1,185 @@
+"""Figures of phases, escape times, sweeps and phase diagrams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.colors import ListedColormap  # noqa: E402
+
+from .phases import Phases  # noqa: E402
+
+PHASE_CLASSES = ("no learning", "unspecialized", "specialized", "diverging")
+PHASE_COLORS = ("#d9d9d9", "#fdae61", "#2c7bb6", "#d7191c")
+
+
+def _stage_lines(ax, ph: Phases, *, labels: bool = True) -> None:
+    if ph.plateau_entry is not None:
+        ax.axvline(ph.plateau_entry, color="0.5", ls=":", lw=1)
+    for i, s in enumerate(ph.stages):
+        ax.axvline(s.time, color=f"C{s.feature % 10}", ls="--", lw=1.2)
+        if labels:
+            ax.annotate(f"stage {i + 1}: f{s.feature + 1}", (s.time, 1.0),
+                        xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
+                        fontsize=7, color=f"C{s.feature % 10}")
+
+
+def plot_phases(path: Path, t: np.ndarray, risk: np.ndarray, alpha: np.ndarray, ph: Phases, *,
+                title: str = "", risk_band: np.ndarray | None = None) -> None:
+    """Risk with the plateau and stage markers, the per-feature head spread, and a heatmap of
+    the head–feature alignment `α_hf(t)` (one row per head and feature)."""
+    T, H, F = alpha.shape
+    fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True,
+                             gridspec_kw={"height_ratios": [1.2, 1.0, 0.25 * H * F + 0.6]})
+    ax = axes[0]
+    ax.plot(t, risk, color="k", lw=1.5)
+    if risk_band is not None:
+        ax.fill_between(t, risk - risk_band, risk + risk_band, color="k", alpha=0.15, lw=0)
+    if ph.plateau_entry is not None and ph.plateau_exit is not None:
+        ax.axvspan(ph.plateau_entry, ph.plateau_exit, color="#fdae61", alpha=0.25,
+                   label="unspecialized plateau")
+        ax.legend(fontsize=8, loc="upper right")
+    _stage_lines(ax, ph)
+    ax.set_ylabel("risk")
+    ax = axes[1]
+    for f in range(F):
+        ax.plot(t, alpha[:, :, f].max(axis=1) - alpha[:, :, f].min(axis=1), color=f"C{f}",
+                label=f"spread along f{f + 1}")
+    ax.axhline(ph.threshold, color="0.4", lw=0.8, ls=":")
+    for f, tf in enumerate(ph.feature_times):
+        if tf is not None:
+            ax.plot([tf], [ph.threshold], marker="v", color=f"C{f}", ms=8, ls="none")
+    _stage_lines(ax, ph, labels=False)
+    ax.set_ylabel("max_h α − min_h α\n(▼ feature times)")
+    ax.legend(fontsize=8)
+    ax = axes[2]
+    rows = alpha.reshape(T, H * F).T
+    lim = max(1e-3, float(np.nanmax(np.abs(rows))))
+    im = ax.imshow(rows, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim,
+                   extent=(t[0], t[-1], H * F - 0.5, -0.5), interpolation="nearest")
+    ax.set_yticks(range(H * F), [f"h{h + 1} f{f + 1}" for h in range(H) for f in range(F)],
+                  fontsize=7)
+    for h in range(1, H):
+        ax.axhline(h * F - 0.5, color="k", lw=0.6)
+    _stage_lines(ax, ph, labels=False)
+    fig.colorbar(im, ax=ax, label="α_hf = m_hf/√q_hh", pad=0.01, fraction=0.03)
+    ax.set_xlabel("t = steps / D")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_escape(path: Path, report: dict, arrays: dict) -> None:
+    """t_esc versus ln D (runs, means ± SEM, the fitted line with its 95% band, the predicted
+    line) and the growth rate λ(t) along the symmetric trajectory."""
+    dims = np.asarray(arrays["dims"], dtype=np.float64)
+    x = np.log(dims)
+    times = arrays["escape_times"]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    rng = np.random.default_rng(0)
+    for i in range(len(dims)):
+        ok = np.isfinite(times[i])
+        ax.plot(x[i] + 0.02 * rng.standard_normal(ok.sum()), times[i][ok], ".", color="0.6",
+                ms=3)
+    mean = np.array([np.nan if m is None else m for m in report["escape_mean"]])
+    sem = np.array([np.nan if s is None else s for s in report["escape_sem"]])
+    ax.errorbar(x, mean, yerr=sem, fmt="o", color="k", capsize=3, label="SGD mean ± SEM")
+    xx = np.linspace(x.min() - 0.1, x.max() + 0.1, 50)
+    a, b = report["intercept_measured"], report["slope_measured"]
+    lo, hi = report["slope_ci"]
+    xm = np.mean(x)
+    ym = a + b * xm
+    ax.plot(xx, a + b * xx, color="C0",
+            label=f"fit: slope {b:.3f} [{lo:.3f}, {hi:.3f}] (95%)")
+    ax.fill_between(xx, ym + lo * (xx - xm), ym + hi * (xx - xm), color="C0", alpha=0.15, lw=0)
+    pred = np.asarray(arrays["predicted"], dtype=np.float64)
+    sp = report["slope_predicted"]
+    ax.plot(x, pred, "s--", color="C3", ms=4,
+            label=f"linear stability: slope {sp:.3f}"
+            + ("" if report["lambda"] is None else f" (λ_eff = {report['lambda']:.3f})"))
+    pred0 = np.asarray(arrays["predicted_initial"], dtype=np.float64)
+    if np.isfinite(pred0).any():
+        ax.plot(x, pred0, "^:", color="C1", ms=4,
+                label="linear stability, initial perturbation only")
+    ax.set_xlabel("ln D")
+    ax.set_ylabel("escape time t_esc")
+    ax.set_xticks(x, [f"{np.log(d):.2f}\n(D={int(d)})" for d in dims], fontsize=8)
+    ax.legend(fontsize=8)
+    ax.set_title("escape from the unspecialized plateau")
+    t = arrays["t"]
+    ax2.plot(t, arrays["growth_rate"], color="C3", label="λ(t): max Re eig of the "
+             "head-difference Jacobian")
+    ax2.plot(t, np.gradient(arrays["median_log_spread"], t), color="C2", ls="--",
+             label="d/dt ln (linear head spread)")
+    for p in pred[np.isfinite(pred)]:
+        ax2.axvline(p, color="0.6", lw=0.8, ls=":")
+    ax2.axhline(0, color="k", lw=0.5)
+    ax2.set_xlabel("t")
+    ax2.set_ylabel("growth rate")
+    ax2.legend(fontsize=8)
+    ax2.set_title("along the symmetric trajectory (dotted: predicted escapes)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_sweep(path: Path, axes_spec: list[tuple[str, list]], values: np.ndarray, *,
+               label: str, log: bool = False) -> None:
+    """A scalar per grid point: a line (one axis) or a heatmap (two axes; further axes at their
+    first value)."""
+    fig, ax = plt.subplots(figsize=(7, 5))
+    if len(axes_spec) == 1:
+        (k, v), = axes_spec
+        ax.plot(v, values, "o-")
+        ax.set_xlabel(k)
+        ax.set_ylabel(label)
+    else:
+        (k1, v1), (k2, v2) = axes_spec[:2]
+        vals = values.reshape(len(v1), len(v2), -1)[..., 0]
+        im = ax.imshow(vals.T, origin="lower", aspect="auto", cmap="viridis",
+                       extent=(-0.5, len(v1) - 0.5, -0.5, len(v2) - 0.5))
+        ax.set_xticks(range(len(v1)), [f"{x:g}" for x in v1])
+        ax.set_yticks(range(len(v2)), [f"{x:g}" for x in v2])
+        ax.set_xlabel(k1)
+        ax.set_ylabel(k2)
+        fig.colorbar(im, ax=ax, label=label)
+        for i in range(len(v1)):
+            for j in range(len(v2)):
+                if np.isfinite(vals[i, j]):
+                    ax.text(i, j, f"{vals[i, j]:.3g}", ha="center", va="center", fontsize=7,
+                            color="w")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_phase_diagram(path: Path, k1: str, v1, k2: str, v2, classes: np.ndarray,
+                       escape: np.ndarray | None = None, *, title: str = "") -> None:
+    """Categorical map of the phase of each grid point (`classes (len(v1), len(v2))`, indices
+    into [`PHASE_CLASSES`][]), with the escape time written in the specialized cells."""
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    cmap = ListedColormap(PHASE_COLORS)
+    ax.imshow(np.asarray(classes).T, origin="lower", aspect="auto", cmap=cmap, vmin=-0.5,
+              vmax=len(PHASE_CLASSES) - 0.5, extent=(-0.5, len(v1) - 0.5, -0.5, len(v2) - 0.5))
+    ax.set_xticks(range(len(v1)), [f"{x:g}" for x in v1])
+    ax.set_yticks(range(len(v2)), [f"{x:g}" for x in v2])
+    ax.set_xlabel(k1)
+    ax.set_ylabel(k2)
+    if escape is not None:
+        for i in range(len(v1)):
+            for j in range(len(v2)):
+                if np.isfinite(escape[i, j]):
+                    ax.text(i, j, f"{escape[i, j]:.1f}", ha="center", va="center", fontsize=7,
+                            color="w")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS]
+    ax.legend(handles, PHASE_CLASSES, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.set_title(title or "phase at t_max (numbers: escape time)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

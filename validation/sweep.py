@@ -1,0 +1,206 @@
+"""Vectorized grids of ODE runs (`headflow sweep`): one `jax.vmap` over the grid points that
+share the model's structure, sharded over the available devices.
+
+Everything a grid point may change that is a pytree *leaf* of the model or of the step sizes
+(learning rates, weight decay, prior amplitude, mean or variances, label noise, `ρ*`, initial
+scales) is batched; keys that change the structure (number of heads, activation, prior kind,
+save grid, solver settings) split the grid into groups, each solved in one vectorized call.
+A diverging point is stopped by an event (its overlaps exceed `diverge_at`) so it does not hold
+the whole batch to `max_steps`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dynamics import Config, ConfigError, HeadflowError, key_dims, population_risk
+from dynamics._sharding import shard_leading
+from dynamics.config import parse_value
+from dynamics.ode import Hyper, ManifoldField, backend_of, get_solver, initial_state
+
+STATUS = ("ok", "diverged", "max_steps", "failed")
+
+
+def parse_grid(items: list[str], cfg: Config) -> list[tuple[str, list]]:
+    """`["training.lr=0.5,1,2", ...]` → `[("training.lr", [0.5, 1.0, 2.0]), ...]`, each value
+    parsed as TOML and checked against the config (one-line errors naming the key)."""
+    out: list[tuple[str, list]] = []
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or "." not in key or not text.strip():
+            raise ConfigError(f"--grid {item}: expected section.key=v1,v2,...")
+        values = [parse_value(v.strip()) for v in _split_values(text)]
+        if any(k == key for k, _ in out):
+            raise ConfigError(f"--grid {key}: given twice")
+        for v in values:
+            cfg.replace(**{key: v})        # validates key and value
+        out.append((key, values))
+    if not out:
+        raise ConfigError("sweep: give at least one --grid section.key=v1,v2,...")
+    return out
+
+
+def _split_values(text: str) -> list[str]:
+    """Split on commas outside brackets (values may be TOML lists like `[1.0, 0.0]`)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p for p in parts if p.strip()]
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """Per grid point (row-major over the `--grid` axes): `overrides`, `status` (index into
+    [`STATUS`][]), the trajectory `t (T)`, `risk (P, T)` and the order parameters
+    `(P, T, ...)` (non-finite after a divergence), and `null_risk (P,)`, the risk `Δ² + ρ*` of
+    the predictor `ŷ ≡ 0`."""
+
+    axes: list[tuple[str, list]]
+    overrides: list[dict]
+    t: np.ndarray
+    status: np.ndarray
+    risk: np.ndarray
+    arrays: dict[str, np.ndarray]
+    null_risk: np.ndarray | None = None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(v) for _, v in self.axes)
+
+
+def _stack_points(trees):
+    """Stack grid points leafwise: array leaves and the Python numbers that differ across the
+    points become arrays with a leading point axis; Python numbers shared by all points stay
+    Python numbers (unbatched, and of the type the model code expects)."""
+    treedef = jax.tree.structure(trees[0])
+    leaves = [jax.tree.leaves(t) for t in trees]
+    out = []
+    for k in range(len(leaves[0])):
+        vals = [lv[k] for lv in leaves]
+        v0 = vals[0]
+        if isinstance(v0, (bool, int, float)) and all(v == v0 for v in vals):
+            out.append(v0)
+        else:
+            out.append(jnp.stack([jnp.asarray(v) for v in vals]))
+    return jax.tree.unflatten(treedef, out)
+
+
+def _structure_key(cfg: Config, model, hyper):
+    leaves, treedef = jax.tree.flatten((model, hyper))
+    shapes = tuple((tuple(np.shape(x)), type(x).__name__) for x in leaves)
+    o = cfg.ode
+    return (treedef, shapes, tuple(cfg.save_times().tolist()), o.expectation, o.samples,
+            o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form)
+
+
+@eqx.filter_jit
+def _solve_group(models, hypers, ov0s, nodes, ts, solver, rtol, atol, max_steps, diverge_at,
+                 risk_backend, risk_nodes):
+    def one(model, hyper, ov0):
+        field = ManifoldField(model=model, hyper=hyper, nodes=nodes)
+
+        def blown(t, y, args, **kwargs):
+            big = jnp.maximum(jnp.max(jnp.abs(y.q)), jnp.max(jnp.abs(y.s)))
+            return (big > diverge_at) | ~jnp.isfinite(big)
+
+        sol = dfx.diffeqsolve(dfx.ODETerm(field), solver, t0=ts[0], t1=ts[-1], dt0=None,
+                              y0=ov0, saveat=dfx.SaveAt(ts=ts),
+                              stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
+                              max_steps=max_steps, throw=False, event=dfx.Event(blown))
+        code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
+                         jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
+                                   jnp.where(sol.result == dfx.RESULTS.max_steps_reached, 2, 3)))
+        ys = sol.ys
+        finite = jnp.all(jnp.isfinite(ys.q), axis=(-1, -2))
+
+        def risk_at(o, ok):
+            safe = jax.tree.map(lambda x, x0: jnp.where(ok, x, x0), o, ov0)
+            r, _ = population_risk(model, safe, risk_backend, risk_nodes, manifold=True)
+            return jnp.where(ok, r, jnp.nan)
+
+        risk = jax.lax.map(lambda a: risk_at(*a), (ys, finite), batch_size=16)
+        return ys, code, risk
+
+    return eqx.filter_vmap(one)(models, hypers, ov0s)
+
+
+def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | None = None,
+              diverge_at: float = 1e3, progress: bool = False) -> SweepResult:
+    """Integrate the manifold ODE at every point of the grid `axes` (cartesian product),
+    vectorized over the points that share the model structure.
+
+    **Arguments:** `cfg` the base configuration; `axes` from [`parse_grid`][]; `max_steps` per
+    point (default `ode.max_steps`); `diverge_at`: a run whose `|q|` or `|s|` exceeds this is
+    stopped and marked diverged.
+
+    **Returns:** a [`SweepResult`][].
+    """
+    if cfg.ode.form != "manifold" or cfg.ode.rhs != "autodiff":
+        raise ConfigError("sweep integrates the manifold ODE (ode.form = 'manifold', "
+                          "ode.rhs = 'autodiff')")
+    keys = [k for k, _ in axes]
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    cfgs = [cfg.replace(**p) for p in points]
+    groups: dict = {}
+    built = []
+    for i, c in enumerate(cfgs):
+        model = c.build_model()
+        hyper = Hyper.from_config(c)
+        ov0 = initial_state(c, c.build_model()).on_manifold()
+        ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
+        built.append((model, hyper, ov0))
+        groups.setdefault(_structure_key(c, model, hyper), []).append(i)
+    ts_all = {tuple(c.save_times().tolist()) for c in cfgs}
+    if len(ts_all) > 1:
+        raise ConfigError("sweep: training.t_max and [output] must be the same at every grid "
+                          "point (one common time grid)")
+    ts = np.asarray(cfgs[0].save_times())
+    T = len(ts)
+    status = np.zeros(len(points), dtype=np.int64)
+    risk = np.full((len(points), T), np.nan)
+    arrays: dict[str, np.ndarray] = {}
+    for members in groups.values():
+        c0 = cfgs[members[0]]
+        models, hypers, ov0s = (shard_leading(_stack_points([built[i][j] for i in members]))
+                                for j in range(3))
+        backend = backend_of(c0)
+        # the engine's field nodes (closed under head permutations) and risk nodes
+        model0 = c0.build_model()
+        nodes = ManifoldField.build(model0, Hyper.from_config(c0), backend).nodes
+        risk_nodes = backend.nodes(key_dims(model0))
+        o = c0.ode
+        ys, code, r = _solve_group(models, hypers, ov0s, nodes, jnp.asarray(ts),
+                                   get_solver(o.solver), o.rtol, o.atol,
+                                   max_steps or o.max_steps, float(diverge_at), backend,
+                                   risk_nodes)
+        code = np.asarray(code)
+        status[members] = code
+        risk[members] = np.asarray(r)
+        for name in ("m", "q", "n", "s", "b"):
+            v = np.asarray(getattr(ys, name))
+            if name not in arrays:
+                arrays[name] = np.full((len(points),) + v.shape[1:], np.nan)
+            if arrays[name].shape[1:] != v.shape[1:]:
+                raise HeadflowError(f"sweep: grid keys that change the shape of {name} "
+                                    "(model.H, model.F) cannot be stored together; sweep them "
+                                    "in separate runs")
+            arrays[name][members] = v
+    del progress
+    null = np.array([c.model.noise**2 + c.model.rho for c in cfgs])
+    return SweepResult(axes=axes, overrides=points, t=ts, status=status, risk=risk,
+                       arrays=arrays, null_risk=null)
