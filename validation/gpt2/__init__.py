@@ -14,6 +14,7 @@ from ._checkpoint import load_checkpoint as load_checkpoint
 from ._checkpoint import save_checkpoint as save_checkpoint
 from ._config import GPT2Config as GPT2Config
 from ._distance import FixedSetBound as FixedSetBound
+from ._distance import distance_tables as distance_tables
 from ._distance import distances_to_context as distances_to_context
 from ._distance import fixed_set_bound as fixed_set_bound
 from ._distance import left_out_diameter as left_out_diameter

@@ -43,6 +43,9 @@ class BoundsConfig(eqx.Module):
     - `windows`, `offset`: consecutive text windows and tokens skipped first.
     - `rtol`: relative slack when counting violations of rigorous bounds in float32.
     - `bisection_steps`: iterations of the exact Jacobian-norm solver.
+    - `row_blocks`: query rows are processed in this many blocks, each cut to the tokens its
+      rows can see (2 blocks skip a quarter of the causal zeros; more blocks skip more but
+      compile once per block shape).
     - `seed`: PRNG seed (random subsets, random directions).
     """
 
@@ -64,6 +67,7 @@ class BoundsConfig(eqx.Module):
     offset: int = eqx.field(static=True, default=0)
     rtol: float = eqx.field(static=True, default=1e-4)
     bisection_steps: int = eqx.field(static=True, default=24)
+    row_blocks: int = eqx.field(static=True, default=2)
     seed: int = eqx.field(static=True, default=0)
 
     def __check_init__(self):
@@ -85,7 +89,7 @@ class BoundsConfig(eqx.Module):
             bad("separability_n", "must not be empty")
         length = max(self.lengths)
         for key in ("n_fixed", "plateau_from", "gradient_rows", "mc_samples", "windows", "offset",
-                    "bisection_steps", "seed"):
+                    "bisection_steps", "row_blocks", "seed"):
             value = getattr(self, key)
             low = 0 if key in ("gradient_rows", "offset", "seed") else 1
             if not ints(value) or value < low:

@@ -102,9 +102,8 @@ class GPT2Config(eqx.Module):
         if model_type != "gpt2":
             raise HeadflowError(f"{source}: model_type is {model_type!r}, only 'gpt2' checkpoints "
                                 "are supported")
-        if data.get("reorder_and_upcast_attn", False):
-            # Only changes the arithmetic order (float32 everywhere here), so it is accepted.
-            pass
+        # `reorder_and_upcast_attn` only changes the arithmetic order of a float16 model's
+        # attention; everything here is float32, so it is accepted and ignored.
         aliases = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
                    "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
         data = {aliases.get(k, k): v for k, v in data.items()}

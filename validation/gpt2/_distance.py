@@ -80,9 +80,18 @@ def _pairwise_sq(x):
     return gx[..., :, None] + gx[..., None, :] - 2 * dot("...td,...ud->...tu", x, x)
 
 
+def distance_tables(x: Float[Array, "*#batch tokens dim"]
+                    ) -> tuple[Float[Array, "*#batch tokens tokens"], Float[Array, "*#batch tokens tokens"]]:
+    """`(sq, far)`: squared pairwise distances and their running maximum over the token index,
+    `far[j, c] = max_{i ≤ c} ‖x_i − x_j‖²` (for [`left_out_diameter`][] with `exact=False`)."""
+    sq = _pairwise_sq(x)
+    return sq, jax.lax.cummax(sq, axis=sq.ndim - 1)
+
+
 def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Array, "*#batch rows tokens"],
                       context: Int[Array, "*#batch rows"], members: Int[Array, "*#batch rows k"], *,
-                      exact: bool = True) -> tuple[Float[Array, "*#batch rows"], Bool[Array, "*#batch rows"]]:
+                      exact: bool = True, tables=None
+                      ) -> tuple[Float[Array, "*#batch rows"], Bool[Array, "*#batch rows"]]:
     """`d_1 = max_{i∉I, j∈I} ‖x_i − x_j‖` over the visible tokens.
 
     **Arguments:**
@@ -95,6 +104,8 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
       `far_j = max_{i visible} ‖x_i − x_j‖` (a running maximum over the visible prefix),
       `max_{j∈I} far_j = max(d_1, diam I)`, which is `d_1` exactly whenever it exceeds the
       diameter of I and an upper bound on it otherwise, for `rows × k²` work.
+
+    - `tables`: [`distance_tables`][] of `x`, to share them between several sets.
 
     **Returns:** `(d_1, exact)` per row; where `exact` is False the value is an upper bound, which
     keeps Theorem 1's bound rigorous.
@@ -112,8 +123,7 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
         pair = is_member[..., :, None] & out[..., None, :]
         d1sq = jnp.max(jnp.where(pair, sq, 0), axis=(-2, -1))
         return jnp.where(nothing_out, 0, safe_sqrt(d1sq)), jnp.ones(d1sq.shape, bool)
-    sq = _pairwise_sq(x)
-    far = jax.lax.cummax(sq, axis=sq.ndim - 1)  # far[j, c] = max_{i ≤ c} ‖x_i − x_j‖²
+    sq, far = distance_tables(x) if tables is None else tables
     last = jnp.broadcast_to(jnp.asarray(context, jnp.int32) - 1, n_sel.shape)[..., None]
     far_m = gather_pairs(far, members, last)[..., 0]
     reach = jnp.max(jnp.where(is_member, far_m, 0), axis=-1)
@@ -126,7 +136,8 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
 
 def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
                     selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
-                    members: Int[Array, "*#batch rows k"], *, exact: bool = True) -> FixedSetBound:
+                    members: Int[Array, "*#batch rows k"], *, exact: bool = True,
+                    tables=None) -> FixedSetBound:
     """Theorem 1's rigorous upper bound on `d̃` for a fixed selected set.
 
     Proof (spec §3): `α_i x_i − s = α_i (x_i − ŝ) + (α_i/ᾱ_N − 1) s` with `ŝ = s/ᾱ_N` a convex
@@ -138,7 +149,7 @@ def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, 
     **Arguments:**
 
     - `alpha`, `x`, `selected`, `context`: as in [`selection_distance`][].
-    - `members`, `exact`: how `d_1` is computed, see [`left_out_diameter`][].
+    - `members`, `exact`, `tables`: how `d_1` is computed, see [`left_out_diameter`][].
 
     **Returns:** a [`FixedSetBound`][].
     """
@@ -150,7 +161,7 @@ def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, 
     s_norm = jnp.linalg.norm(s, axis=-1)
     safe_mass = jnp.where(mass > 0, mass, 1)
     coef = jnp.sum(jnp.where(out, jnp.abs(1 - alpha / safe_mass[..., None]), 0), axis=-1)
-    d1, d1_exact = left_out_diameter(x, selected, context, members, exact=exact)
+    d1, d1_exact = left_out_diameter(x, selected, context, members, exact=exact, tables=tables)
     k = members.shape[-1]
     n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
     is_member = jnp.arange(k, dtype=jnp.int32) < n_sel[..., None]

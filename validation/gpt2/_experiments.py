@@ -18,6 +18,7 @@ import functools
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import equinox as eqx
@@ -31,8 +32,8 @@ from dynamics import HeadflowError
 
 from ._bounds_config import BoundsConfig
 from ._distance import (
+    distance_tables,
     fixed_set_bound,
-    random_set_distance,
     random_set_distances,
     selection_distance,
     topn_distances,
@@ -57,20 +58,21 @@ EXPERIMENTS = ("distance", "critical", "separability", "gradient", "vanishing")
 # Per-layer (chunk of heads) computations; every array is (heads, rows, ...).
 
 
-def _distance_chunk(attn, x, ranks, order, mc_ranks, *, ns, reading, rtol):
+def _distance_chunk(attn, x, ranks, order, mc_ranks, context, *, ns, reading, rtol):
     """Experiments 1–2: d̃, the random-set formula and Monte Carlo, and Theorem 1's bound.
 
     `mc_ranks` `(samples, rows, tokens)`: random orders shared by heads and N (each N-subset
     `{ranks < N}` is uniformly random, which is all the expectation needs).
     """
-    context = causal_context(attn.shape[-1])
     samples = mc_ranks.shape[0]
     cols = {name: [] for name in ("top", "formula", "mc", "mc_sem", "bound", "bound_max",
                                   "d1_exact", "violation")}
-    for n in ns:
+    formulas = random_set_distances(attn, x, context, jnp.asarray(ns, jnp.int32), reading=reading)
+    tables = distance_tables(x) if reading == "sum" else None
+    for j, n in enumerate(ns):
         selected = ranks < n
         d = selection_distance(attn, x, selected, context, reading=reading)
-        formula = random_set_distance(attn, x, context, n, reading=reading)
+        formula = formulas[..., j]
         draws = lax.map(lambda rr, n=n: selection_distance(attn, x, rr < n, context,
                                                            reading=reading), mc_ranks)
         cols["top"].append(d)
@@ -79,7 +81,8 @@ def _distance_chunk(attn, x, ranks, order, mc_ranks, *, ns, reading, rtol):
         cols["mc_sem"].append(jnp.std(draws, axis=0, ddof=1) / jnp.sqrt(samples) if samples > 1
                               else jnp.zeros_like(d))
         if reading == "sum":
-            b = fixed_set_bound(attn, x, selected, context, order[..., :n], exact=False)
+            b = fixed_set_bound(attn, x, selected, context, order[..., :n], exact=False,
+                                tables=tables)
             scale = jnp.maximum(b.bound, d)
             cols["bound"].append(b.bound)
             cols["bound_max"].append(b.bound_max)
@@ -94,17 +97,18 @@ def _distance_chunk(attn, x, ranks, order, mc_ranks, *, ns, reading, rtol):
     return {name: jnp.stack(v, axis=-1) for name, v in cols.items()}
 
 
-def _critical_chunk(attn, x, ranks, *, grid, reading):
-    """Experiment 3: d̃ and the random-set formula for every N of the grid (per row)."""
-    context = causal_context(attn.shape[-1])
+def _critical_chunk(attn, x, ranks, mc_ranks, context, *, grid, reading):
+    """Experiment 3: per row and N of the grid, d̃ of the top-N set, the random-set formula, and
+    d̃ of one uniformly random N-subset per row (its token mean estimates the exact expectation).
+    """
     ns = jnp.asarray(grid, jnp.int32)
     return {"top": topn_distances(attn, x, ranks, context, ns, reading=reading),
-            "formula": random_set_distances(attn, x, context, ns, reading=reading)}
+            "formula": random_set_distances(attn, x, context, ns, reading=reading),
+            "mc": topn_distances(attn, x, mc_ranks, context, ns, reading=reading)}
 
 
-def _separability_chunk(attn, x, order, ranks, *, ns, radius, rtol):
+def _separability_chunk(attn, x, order, ranks, context, *, ns, radius, rtol):
     """Experiment 4: N_s/N with Theorem 2's bounds for every N (per row)."""
-    context = causal_context(attn.shape[-1])
     sep = separability_curve(attn, x, order, ranks, context, ns, sphere_radius=radius)
     valid = sep.valid
     return {"ratio": sep.ratio, "lower": sep.lower, "upper": sep.upper, "valid": valid,
@@ -168,13 +172,17 @@ class _Timer:
         return out
 
 
-def _sort(attn, timer: _Timer):
-    """`topn_order` of a chunk: numpy's SIMD sort on CPU, the device sort elsewhere."""
-    context = causal_context(attn.shape[-1])
+def _sort(attn, context, timer: _Timer):
+    """`topn_order` of a block of rows: numpy's SIMD sort on CPU (the heads split between two
+    threads; numpy releases the GIL while sorting), the device sort elsewhere."""
     t = time.perf_counter()
     if jax.default_backend() == "cpu":
-        order, ranks = topn_order_host(np.asarray(attn), np.asarray(context))
-        order, ranks = jnp.asarray(order), jnp.asarray(ranks)
+        a, c = np.asarray(attn), np.asarray(context)
+        halves = np.array_split(np.arange(a.shape[0]), min(2, a.shape[0]))
+        with ThreadPoolExecutor(len(halves)) as pool:
+            parts = list(pool.map(lambda h: topn_order_host(a[h], c), halves))
+        order = jnp.asarray(np.concatenate([p[0] for p in parts]))
+        ranks = jnp.asarray(np.concatenate([p[1] for p in parts]))
     else:
         order, ranks = jax.block_until_ready(jax.jit(topn_order)(attn, context))
     timer.run_s["sort"] = timer.run_s.get("sort", 0.0) + time.perf_counter() - t
@@ -195,7 +203,7 @@ class BoundsResult:
     curves: dict
 
 
-def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig = BoundsConfig(), *,
+def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig | None = None, *,
                progress: bool | None = None) -> BoundsResult:
     """Run the five experiments (spec §3–§6) on `model` and token windows.
 
@@ -203,13 +211,13 @@ def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig = BoundsCon
 
     - `model`: a [`GPT2`][].
     - `tokens`: int array `(windows, L)` with `L = config.length` (from [`text_tokens`][]).
-    - `config`: a [`BoundsConfig`][].
+    - `config`: a [`BoundsConfig`][] (default: `BoundsConfig()`).
     - `progress`: show a progress bar (default: when stderr is a terminal).
 
     **Returns:** a [`BoundsResult`][] (`report` as written to `report.json`).
     """
     t_start = time.perf_counter()
-    cfg, mcfg = config, model.config
+    cfg, mcfg = config if config is not None else BoundsConfig(), model.config
     tokens = np.asarray(tokens, dtype=np.int32)
     if tokens.ndim == 1:
         tokens = tokens[None]
@@ -223,11 +231,12 @@ def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig = BoundsCon
     if progress is None:
         progress = sys.stderr.isatty()
     timer = _Timer()
-    heads, layers = mcfg.n_head, mcfg.n_layer
+    layers = mcfg.n_layer
     grid = cfg.grid
     dist_ns = tuple(sorted(set(cfg.n_values) | {cfg.n_fixed}))
     sep_ns = tuple(sorted(set(cfg.separability_n)))
     rows_grad = _gradient_rows(length, cfg.gradient_rows)
+    max_n = max(max(dist_ns), max(sep_ns))
     capture = ("q", "k", "v", "attn") + (("hidden",) if cfg.vectors == "hidden" else ())
     base_t = (mcfg.d_head ** 0.5) if mcfg.scale_attn_weights else 1.0
 
@@ -255,22 +264,36 @@ def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig = BoundsCon
             q, k = out.q[layer], out.k[layer]
             x = out.v[layer] if cfg.vectors == "value" else out.hidden[layer][None]
             k_grad = jr.fold_in(jr.fold_in(key, w), layer)
-            order, ranks = _sort(attn, timer)
             temperature = base_t * ((layer + 1) if mcfg.scale_attn_by_inverse_layer_idx else 1)
             per_window["vanishing"].append(timer(
                 "vanishing", functools.partial(_vanishing_chunk, temperature=temperature,
                                                rtol=cfg.rtol), attn, q, k))
-            per_window["distance"].append(timer(
-                "distance", functools.partial(_distance_chunk, ns=dist_ns, reading=cfg.reading,
-                                              rtol=cfg.rtol),
-                attn, x, ranks, order, mc_ranks))
-            per_window["critical"].append(timer(
-                "critical", functools.partial(_critical_chunk, grid=grid, reading=cfg.reading),
-                attn, x, ranks))
-            per_window["separability"].append(timer(
-                "separability", functools.partial(_separability_chunk, ns=sep_ns,
-                                                  radius=cfg.sphere_radius, rtol=cfg.rtol),
-                attn, x, order, ranks))
+            blocks = {"distance": [], "critical": [], "separability": []}
+            for r0, r1 in _row_blocks(length, cfg.row_blocks):
+                # Causal rows r0..r1−1 see only the first r1 tokens: cut the token axis there.
+                a_b = attn[:, r0:r1, :r1]
+                x_b = x[..., :r1, :]
+                ctx_b = jnp.arange(r0 + 1, r1 + 1, dtype=jnp.int32)
+                od_b, rk_b = _sort(a_b, ctx_b, timer)
+                mc_b = mc_ranks[:, r0:r1, :r1]
+                od_b = od_b[..., :min(max_n, r1)]
+                tag = f"{r1 - r0}x{r1}"
+                blocks["distance"].append(timer(
+                    f"distance@{tag}", functools.partial(_distance_chunk, ns=dist_ns,
+                                                         reading=cfg.reading, rtol=cfg.rtol),
+                    a_b, x_b, rk_b, od_b, mc_b, ctx_b))
+                blocks["critical"].append(timer(
+                    f"critical@{tag}", functools.partial(_critical_chunk, grid=grid,
+                                                         reading=cfg.reading),
+                    a_b, x_b, rk_b, mc_b[0], ctx_b))
+                blocks["separability"].append(timer(
+                    f"separability@{tag}", functools.partial(_separability_chunk, ns=sep_ns,
+                                                             radius=cfg.sphere_radius,
+                                                             rtol=cfg.rtol),
+                    a_b, x_b, od_b, rk_b, ctx_b))
+            for name, parts in blocks.items():
+                per_window[name].append({k: np.concatenate([p[k] for p in parts], axis=1)
+                                         for k in parts[0]})
             g = timer("gradient", functools.partial(_gradient_chunk, temps=cfg.temperatures,
                                                     eps=cfg.eps, steps=cfg.bisection_steps,
                                                     rtol=cfg.rtol),
@@ -288,16 +311,27 @@ def run_bounds(model: GPT2, tokens: np.ndarray, config: BoundsConfig = BoundsCon
     data = {name: _stack_windows(chunks[name]) for name in EXPERIMENTS}
     report, curves = _summarize(cfg, model, data, grid=grid, dist_ns=dist_ns, sep_ns=sep_ns,
                                 rows_grad=rows_grad, grad_viol=grad_viol)
-    run = dict(timer.run_s)
+    run, comp = {}, {}
+    for src, dst in ((timer.run_s, run), (timer.compile_s, comp)):
+        for k, v in src.items():
+            name = k.split("@")[0]
+            dst[name] = dst.get(name, 0.0) + v
     wall = {
         "forward": round(forward_s, 3),
         "sort": round(run.pop("sort", 0.0), 3),
         **{f"{k}": round(v, 3) for k, v in run.items()},
-        "compile": {k: round(v, 3) for k, v in timer.compile_s.items()},
+        "compile": {k: round(v, 3) for k, v in comp.items()},
         "total": round(time.perf_counter() - t_start, 3),
     }
     report["wall_s"] = wall
     return BoundsResult(report=report, curves=curves)
+
+
+def _row_blocks(length: int, blocks: int) -> list[tuple[int, int]]:
+    """Split the query rows into `blocks` ranges of equal size (the last takes the rest)."""
+    blocks = max(1, min(blocks, length))
+    edges = [round(i * length / blocks) for i in range(blocks + 1)]
+    return [(a, b) for a, b in zip(edges, edges[1:]) if b > a]
 
 
 def _gradient_rows(length: int, count: int) -> np.ndarray:
@@ -414,52 +448,84 @@ def _summarize(cfg: BoundsConfig, model: GPT2, data, *, grid, dist_ns, sep_ns, r
         e2[key] = per_n[name][keep].mean(axis=1).tolist()
     e2["distance_over_random_mc"] = (per_n["top"][keep].mean(axis=1)
                                      / per_n["mc"][keep].mean(axis=1)).tolist()
-    d1_exact = float(np.mean(dist["d1_exact"]))
-    jensen = []
+    exact_rows, all_rows, jensen = 0, 0, []
     for i, n in enumerate(dist_ns):
         rows = _rows_for(length, n)
-        gap = (dist["mc"][..., i] - dist["formula"][..., i])[:, :, rows]
-        sem = dist["mc_sem"][..., i][:, :, rows]
-        jensen.append(float(np.mean(gap < -3 * sem - 1e-6 * np.abs(dist["formula"][..., i][:, :, rows]))))
-    e2["jensen_gap_significantly_negative_fraction"] = jensen
-    e2["d1_exact_fraction"] = d1_exact
+        exact_rows += int(np.sum(dist["d1_exact"][..., i][:, :, rows]))
+        all_rows += dist["d1_exact"][..., i][:, :, rows].size
+        # Jensen per head: token mean of the formula vs the Monte Carlo token mean ± 3 s.e.
+        mc = _row_mean(dist["mc"][..., i], rows)
+        formula = _row_mean(dist["formula"][..., i], rows)
+        sem = np.sqrt(_row_mean(dist["mc_sem"][..., i] ** 2, rows) / max(len(rows) * cfg.windows, 1))
+        jensen.append(int(np.sum(formula > mc + 3 * sem + 1e-6 * np.abs(mc))))
+    e2["jensen_formula_above_mc_heads"] = jensen
+    e2["d1_exact_fraction"] = exact_rows / max(all_rows, 1)
     report["distance_vs_N"] = e2
     curves.update({"e2_N": np.array(e2["N"]), "e2_top": per_n["top"][keep],
                    "e2_formula": per_n["formula"][keep], "e2_mc": per_n["mc"][keep],
                    "e2_bound": per_n["bound"][keep], "e2_bound_max": per_n["bound_max"][keep]})
 
-    # Experiment 3: critical top-N by the KS test across heads, for each L.
+    # Experiment 3: critical top-N by the KS test across heads, for each L. The reference is the
+    # random-set expectation, estimated by Monte Carlo (one random subset per row; the token mean
+    # averages the noise) and, as in the paper's approximation, by the Jensen formula.
     crit = data["critical"]
-    crit_n, crit_ratio, pvals = [], [], {}
-    for L in lengths:
-        ps = []
-        first = None
-        for i, n in enumerate(grid):
-            if n >= L:
-                break
-            rows = _rows_for(L, n)
-            a = _row_mean(crit["top"][..., i], rows)
-            b = _row_mean(crit["formula"][..., i], rows)
-            p = _ks_pvalue(a, b)
-            ps.append(p)
-            if first is None and p >= cfg.ks_alpha:
-                first = n
-        pvals[str(L)] = ps
-        crit_n.append(first)
-        crit_ratio.append(None if first is None else first / L)
-    fit_pts = [(L, n) for L, n in zip(lengths, crit_n) if n is not None]
-    slope = (sum(L * n for L, n in fit_pts) / sum(L * L for L, _ in fit_pts)) if fit_pts else None
-    e3 = {"alpha": cfg.ks_alpha, "L": lengths, "critical_N": crit_n, "critical_N_over_L": crit_ratio,
-          "slope_through_origin": slope, "grid": list(grid), "p_values": pvals}
+
+    def critical_for(reference):
+        """The spec's rule (first N of the grid where the KS test does not reject), and the
+        first N from which on it never rejects again (robust to a weak test at small N)."""
+        found, stable, pvals = [], [], {}
+        for L in lengths:
+            ps, ns = [], []
+            for i, n in enumerate(grid):
+                if n >= L:
+                    break
+                rows = _rows_for(L, n)
+                ps.append(_ks_pvalue(_row_mean(crit["top"][..., i], rows),
+                                     _row_mean(crit[reference][..., i], rows)))
+                ns.append(n)
+            keep = [p >= cfg.ks_alpha for p in ps]
+            found.append(next((n for n, k in zip(ns, keep) if k), None))
+            tail = None
+            for n, k in zip(reversed(ns), reversed(keep)):
+                if not k:
+                    break
+                tail = n
+            stable.append(tail)
+            pvals[str(L)] = ps
+        return found, stable, pvals
+
+    crit_n, crit_stable, pvals = critical_for("mc")
+    crit_n_formula, crit_stable_formula, pvals_formula = critical_for("formula")
+    crit_ratio = [None if n is None else n / L for L, n in zip(lengths, crit_n)]
+
+    def slope(ns):
+        pts = [(L, n) for L, n in zip(lengths, ns) if n is not None]
+        return sum(L * n for L, n in pts) / sum(L * L for L, _ in pts) if pts else None
+
+    e3 = {"alpha": cfg.ks_alpha, "L": lengths, "reference": "Monte Carlo (1 subset per row)",
+          "critical_N": crit_n, "critical_N_over_L": crit_ratio,
+          "slope_through_origin": slope(crit_n),
+          "critical_N_stable": crit_stable,
+          "critical_N_stable_over_L": [None if n is None else n / L
+                                       for L, n in zip(lengths, crit_stable)],
+          "slope_through_origin_stable": slope(crit_stable),
+          "critical_N_formula": crit_n_formula,
+          "critical_N_stable_formula": crit_stable_formula,
+          "critical_N_over_L_formula": [None if n is None else n / L
+                                        for L, n in zip(lengths, crit_n_formula)],
+          "slope_through_origin_formula": slope(crit_n_formula),
+          "grid": list(grid), "p_values": pvals, "p_values_formula": pvals_formula}
     report["critical_topn"] = e3
     curves.update({"e3_L": np.array(lengths),
                    "e3_critical_N": np.array([np.nan if n is None else n for n in crit_n], float),
+                   "e3_critical_N_formula": np.array([np.nan if n is None else n
+                                                      for n in crit_n_formula], float),
+                   "e3_critical_N_stable": np.array([np.nan if n is None else n
+                                                     for n in crit_stable], float),
                    "e3_grid": np.array(grid)})
-    top_means = np.stack([_row_mean(crit["top"][..., i], _rows_for(length, n))
-                          for i, n in enumerate(grid)])
-    form_means = np.stack([_row_mean(crit["formula"][..., i], _rows_for(length, n))
-                           for i, n in enumerate(grid)])
-    curves.update({"e3_top_at_L": top_means, "e3_formula_at_L": form_means})
+    for name in ("top", "formula", "mc"):
+        curves[f"e3_{name}_at_L"] = np.stack([_row_mean(crit[name][..., i], _rows_for(length, n))
+                                             for i, n in enumerate(grid)])
 
     # Experiment 4: separability N_s/N with Theorem 2's bounds.
     sep = data["separability"]

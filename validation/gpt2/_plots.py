@@ -66,7 +66,11 @@ def plot_bounds(report: dict, curves: dict, folder: str | Path) -> list[str]:
     fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
     Ls = np.array(e3["L"], float)
     crit = np.array([np.nan if n is None else n for n in e3["critical_N"]], float)
-    ax[0].plot(Ls, crit, "o-", label=f"critical N (KS, α = {e3['alpha']})")
+    ax[0].plot(Ls, crit, "o-", label=f"critical N (KS vs Monte Carlo, α = {e3['alpha']})")
+    crit_s = np.array([np.nan if n is None else n for n in e3["critical_N_stable"]], float)
+    ax[0].plot(Ls, crit_s, "d-", alpha=0.7, label="from which on KS never rejects")
+    crit_f = np.array([np.nan if n is None else n for n in e3["critical_N_formula"]], float)
+    ax[0].plot(Ls, crit_f, "s--", label="critical N (KS vs Jensen formula)")
     ax[0].plot(Ls, 0.06 * Ls, "k:", label="0.06 L (paper)")
     if e3.get("slope_through_origin"):
         ax[0].plot(Ls, e3["slope_through_origin"] * Ls, "--", alpha=0.6,

@@ -26,7 +26,8 @@ def softmax_jacobian(alpha: Float[Array, "*#batch tokens"], temperature: float |
     return (eye * alpha[..., None, :] - alpha[..., :, None] * alpha[..., None, :]) / temperature
 
 
-def softmax_jacobian_norm(alpha: Float[Array, "*#batch tokens"], temperature: float | Float[Array, "*#batch"] = 1.0,
+def softmax_jacobian_norm(alpha: Float[Array, "*#batch tokens"],
+                          temperature: float | Float[Array, "*#batch"] = 1.0,
                           *, iterations: int | None = None) -> Float[Array, "*#batch"]:
     """Exact spectral norm of the softmax Jacobian, `λ_max(diag α − α αᵀ)/T`.
 

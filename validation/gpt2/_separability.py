@@ -86,6 +86,10 @@ def separability(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#
     big_m = jnp.asarray(sphere_radius, dtype)
     xh = sphere_normalize(x, sphere_radius) if normalize else x
     k = members.shape[-1]
+    batch = jnp.broadcast_shapes(alpha.shape[:-1], selected.shape[:-1], members.shape[:-1],
+                                 xh.shape[:-2] + alpha.shape[-2:-1])
+    members = jnp.broadcast_to(members, batch + (k,))
+    selected = jnp.broadcast_to(selected, batch + selected.shape[-1:])
     n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
     is_member = jnp.arange(k, dtype=jnp.int32) < n_sel[..., None]
     if delta2 is None:
@@ -103,10 +107,15 @@ def separability(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#
     r2 = jnp.min(jnp.where(out, x2, jnp.inf), axis=-1)
     r = jnp.sqrt(r2)
     count = jnp.maximum(n_sel, 1).astype(dtype)
-    x2_m = jnp.take_along_axis(x2, members, axis=-1)
+    # The Gram identity leaves an absolute error of a few ulps of (ᾱM)² in every X²; an r below
+    # that is numerically zero (e.g. a left-out duplicate of a selected token with the same
+    # weight), and the bound is then the trivial 0 rather than 1 − 0/r.
+    mass_row = jnp.sum(jnp.where(selected, alpha, 0), axis=-1)
+    r_zero = r2 <= 64 * jnp.finfo(dtype).eps * (mass_row * big_m) ** 2
+    x2_m = jnp.take_along_axis(jnp.broadcast_to(x2, batch + x2.shape[-1:]), members, axis=-1)
     ratio = jnp.sum(is_member & (x2_m < r2[..., None]), axis=-1).astype(dtype) / count
     # ξ_i² for i ∈ I, using Σ_{j≠k∈I∖i} α_j α_k = (ᾱ − α_i)² − (Q − α_i²), Q = Σ_{j∈I} α_j².
-    a_m = jnp.take_along_axis(alpha, members, axis=-1)
+    a_m = jnp.take_along_axis(jnp.broadcast_to(alpha, batch + alpha.shape[-1:]), members, axis=-1)
     mass = jnp.sum(w, axis=-1, keepdims=True)
     q = jnp.sum(w * w, axis=-1, keepdims=True)
     rem = mass - a_m
@@ -115,7 +124,7 @@ def separability(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#
     xi_sum = jnp.sum(jnp.where(is_member, xi, 0), axis=-1)
     finite = jnp.isfinite(r)
     r_pos = jnp.where(finite & (r > 0), r, 1)
-    lower = jnp.where(finite, jnp.where(r > 0, 1 - xi_sum / (count * r_pos), 0), 1)
+    lower = jnp.where(finite, jnp.where(r_zero, 0, 1 - xi_sum / (count * r_pos)), 1)
     lower = jnp.clip(lower, 0, 1).astype(dtype)
     excess = jnp.where(finite[..., None], jnp.maximum(xi - jnp.where(finite, r, 0)[..., None], 0), 0)
     upper = jnp.sum(jnp.where(is_member, jnp.exp(-excess ** 2 / (2 * big_m ** 2)), 0), axis=-1) / count
@@ -124,13 +133,14 @@ def separability(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#
 
 
 def separability_curve(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                       order: Int[Array, "*#batch rows tokens"], ranks: Int[Array, "*#batch rows tokens"],
+                       order: Int[Array, "*#batch rows k"], ranks: Int[Array, "*#batch rows tokens"],
                        context: Int[Array, "*#batch rows"], ns: tuple[int, ...], *,
                        sphere_radius: float = 1.0) -> Separability:
     """[`separability`][] of the top-N sets for every N in `ns` (static), with a trailing axis
     over `ns`. δ of all of them comes from one [`prefix_min_distance2`][] table.
 
-    **Arguments:** `order`, `ranks` from [`topn_order`][]; the rest as in [`separability`][].
+    **Arguments:** `order` (at least the first `min(max(ns), tokens)` entries) and `ranks` from
+    [`topn_order`][]; the rest as in [`separability`][].
     """
     ns = tuple(int(n) for n in ns)
     xh = sphere_normalize(x, sphere_radius)

@@ -100,8 +100,8 @@ def text_tokens(tokenizer, text: str, length: int, *, offset: int = 0, windows: 
         ids = encode(tokenizer, text[:chars])
         if chars >= len(text):
             break
-        # Drop the last few tokens, which may be cut in the middle of a word.
-        if len(ids) - 8 >= need:
+        # The last tokens of a prefix may belong to a word cut in the middle: keep a margin.
+        if len(ids) - 64 >= need:
             break
         chars *= 2
     if len(ids) < need:

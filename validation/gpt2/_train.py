@@ -150,19 +150,20 @@ def evaluate(model: GPT2, tokens: np.ndarray, context: int, *, windows: int = 4)
     return float(loss)
 
 
-def train_gpt2(tokens: np.ndarray, cfg: TrainConfig = TrainConfig(), *, vocab_size: int = 50257,
+def train_gpt2(tokens: np.ndarray, cfg: TrainConfig | None = None, *, vocab_size: int = 50257,
                progress: bool | None = None) -> tuple[GPT2, dict[str, Any]]:
     """Train a GPT-2-architecture model on a token stream.
 
     **Arguments:**
 
     - `tokens`: the tokenized text (int array).
-    - `cfg`: a [`TrainConfig`][].
+    - `cfg`: a [`TrainConfig`][] (default: `TrainConfig()`).
     - `vocab_size`: size of the vocabulary (50257 for the GPT-2 BPE).
     - `progress`: show a progress bar (default: when stderr is a terminal).
 
     **Returns:** `(model, log)` with the loss curve, validation losses and timings.
     """
+    cfg = cfg if cfg is not None else TrainConfig()
     tokens = np.asarray(tokens, dtype=np.int32)
     split = int(len(tokens) * (1 - cfg.val_fraction))
     train, val = tokens[:split], tokens[split:]

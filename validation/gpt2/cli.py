@@ -360,6 +360,8 @@ def cmd_bounds(args) -> dict:
     return {"critical_n_over_L": report["critical_n_over_L"],
             "critical_N": dict(zip(map(str, report["critical_topn"]["L"]),
                                    report["critical_topn"]["critical_N"])),
+            "critical_N_stable": dict(zip(map(str, report["critical_topn"]["L"]),
+                                          report["critical_topn"]["critical_N_stable"])),
             "separability_plateau": report["separability_plateau"],
             "rigorous_violations": report["rigorous_violations"],
             "gradient_slope_T_below_0.1": report["gradient"]["slope_T_below_0.1"]["jacobian_norm"],

@@ -30,7 +30,7 @@ class AbstractNormalizer(eqx.Module):
         mask = visible_or_all(logits, mask)
         flat_l = logits.reshape(-1, logits.shape[-1])
         flat_m = mask.reshape(-1, logits.shape[-1])
-        jac = jax.vmap(lambda l, m: jax.jacfwd(lambda z: self(z, m))(l))(flat_l, flat_m)
+        jac = jax.vmap(lambda row, m: jax.jacfwd(lambda z: self(z, m))(row))(flat_l, flat_m)
         return jac.reshape(*logits.shape, logits.shape[-1])
 
 
@@ -42,11 +42,13 @@ class AbstractPositiveNormalizer(AbstractNormalizer):
     """
 
     @abc.abstractmethod
-    def log_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array) -> Float[Array, "*#batch tokens"]:
+    def log_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array
+              ) -> Float[Array, "*#batch tokens"]:
         """`log F(l)`; `n_visible` (the number of visible tokens) for length-aware normalizers."""
 
     @abc.abstractmethod
-    def dlog_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array) -> Float[Array, "*#batch tokens"]:
+    def dlog_f(self, logits: Float[Array, "*#batch tokens"], n_visible: Array
+               ) -> Float[Array, "*#batch tokens"]:
         """`φ = F'(l)/F(l)`."""
 
     def __call__(self, logits, mask=None):
