@@ -17,8 +17,8 @@ from dynamics.ode import FullField, Hyper, ManifoldField
 from sims import SGDHyper, sgd_step
 
 D = 2000
-N_SGD = 1 << 15
-N_ODE = 1 << 16
+N_SGD = 1 << 14
+N_ODE = 1 << 15
 FIELDS = ("m", "q", "n", "s", "b", "kv", "kvs", "vks")
 
 

@@ -1,0 +1,309 @@
+"""Activations compared at long times (spec §7, §8 item 4): error floors, Bayes-optimality, the
+cost of SGD noise, and the number of heads.
+
+Every "final risk" here is the risk of a long-time state of the order-parameter ODE, reached by
+integration from a small random start and checked for stationarity
+([`dynamics.fixed_points.find_fixed_point`][]), evaluated on a larger node set than the one that
+drove the ODE. Definitions and decisions: `docs/activations.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from dynamics import Config, Overlaps, bayes_risk, population_risk, weights_from_overlaps
+from dynamics.expectations import AbstractExpectation, get_expectation
+from dynamics.fixed_points import STATIONARY_Z, FixedPoint, find_fixed_point
+from dynamics.ode import backend_of, build_field, initial_state, trajectory_risk
+from sims import run_sgd
+
+ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
+MODES = ("gradient_flow", "sgd_noise")
+
+
+@dataclasses.dataclass
+class LongTimeRun:
+    """One long-time ODE state and what was measured on it.
+
+    `risk`, `risk_err`: the population risk of the final state on the evaluation nodes;
+    `ts`, `risk_t`: the risk along the trajectory (on the ODE's own nodes); `fixed_point`: the
+    state, its stationarity check and the trajectory."""
+
+    activation: str
+    amplitude: float
+    H: int
+    lr: float
+    mode: str
+    fixed_point: FixedPoint
+    risk: float
+    risk_err: float
+    ts: np.ndarray
+    risk_t: np.ndarray
+    risk_t_err: np.ndarray
+
+    @property
+    def overlaps(self) -> Overlaps:
+        return self.fixed_point.overlaps
+
+    def summary(self) -> dict:
+        fp = self.fixed_point
+        ov = fp.overlaps
+        return {"activation": self.activation, "amplitude": self.amplitude, "H": self.H,
+                "lr": self.lr, "mode": self.mode, "risk": self.risk, "risk_err": self.risk_err,
+                "t": fp.t, "stationary": fp.stationary, "solver_steps": fp.num_steps,
+                "polished_at": list(fp.polished_at), "max_growth": fp.max_growth,
+                "polish_attempts": [list(a) for a in fp.polish_attempts],
+                "risk_drift_last_chunk": self.risk_drift(),
+                "stationarity": fp.check.summary(),
+                "state": {k: np.asarray(getattr(ov, k)).tolist()
+                          for k in ("m", "q", "n", "s", "b")}}
+
+    def risk_drift(self) -> float:
+        """Risk change over the last integration chunk (from t/2 to t): a convergence check
+        that also sees slow creeping."""
+        t, r = self.ts, self.risk_t
+        half = np.searchsorted(t, 0.5 * t[-1])
+        return float(r[-1] - r[min(half, len(r) - 1)])
+
+
+def mode_config(cfg: Config, mode: str) -> Config:
+    """`cfg` with the η² terms on (`"sgd_noise"`) or off (`"gradient_flow"`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: one of {MODES}")
+    return cfg.replace(**{"ode.sgd_noise": mode == "sgd_noise"})
+
+
+def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
+              ov0: Overlaps | None = None, eval_backend: AbstractExpectation | None = None,
+              z: float = STATIONARY_Z, polish: bool = True, polish_after: float = 100.0,
+              progress: Callable | None = None) -> LongTimeRun:
+    """Integrate the configured ODE (manifold form) from `ov0` (default: `[ode] init`, a small
+    random start at `sim.dim`) until stationary or `t_max`, and measure the final risk.
+
+    **Arguments:** `cfg` (its `[ode] sgd_noise` decides the mode), `t_max`, `t_first` (first
+    chunk, see [`find_fixed_point`][]), `ov0`, `eval_backend` (nodes for the final risk; default
+    the ODE's own), `z` the stationarity tolerance, `polish`/`polish_after` the Newton
+    acceleration of [`find_fixed_point`][] (manifold form only), `progress(t, check)`.
+
+    **Returns:** a [`LongTimeRun`][].
+    """
+    model = cfg.build_model()
+    backend = backend_of(cfg)
+    field = build_field(cfg, model, backend)
+    manifold = cfg.ode.form == "manifold"
+    ov0 = initial_state(cfg, model) if ov0 is None else ov0
+    if manifold:
+        ov0 = ov0.on_manifold()
+    o = cfg.ode
+    t_first = None if t_first is None else float(t_first)
+    fp = find_fixed_point(field, ov0, backend, t_max=float(t_max), t_first=t_first,
+                          solver=o.solver,
+                          rtol=o.rtol, atol=o.atol, max_steps=o.max_steps, z=float(z),
+                          polish=polish and manifold, polish_after=float(polish_after),
+                          progress=progress)
+    risk_t, risk_t_err = trajectory_risk(model, fp.trajectory, backend, manifold=manifold)
+    ev = backend if eval_backend is None else eval_backend
+    r, e = jax.jit(lambda o: population_risk(model, o, ev, manifold=manifold))(fp.overlaps)
+    return LongTimeRun(activation=cfg.model.activation, amplitude=float(cfg.prior.amplitude),
+                       H=cfg.model.H, lr=float(cfg.training.lr),
+                       mode="sgd_noise" if cfg.ode.sgd_noise else "gradient_flow",
+                       fixed_point=fp, risk=float(r), risk_err=float(e),
+                       ts=np.asarray(fp.ts), risk_t=np.asarray(risk_t),
+                       risk_t_err=np.asarray(risk_t_err))
+
+
+def bayes_risks(cfg: Config, amplitudes: Sequence[float], samples: int
+                ) -> tuple[list[float], list[float]]:
+    """`R_Bayes` (QMC, `samples` nodes) and its error at each amplitude."""
+    backend = get_expectation("qmc", samples, seed=cfg.ode.seed)
+    out, err = [], []
+    for a in amplitudes:
+        r, e = bayes_risk(cfg.replace(**{"prior.amplitude": a}).build_model(), backend)
+        out.append(float(r))
+        err.append(float(e))
+    return out, err
+
+
+def amplitude_sweep(cfg: Config, amplitudes: Sequence[float], activations: Sequence[str], *,
+                    mode: str, t_max: float, t_first: float | None = None,
+                    eval_backend: AbstractExpectation | None = None,
+                    on_run: Callable[[LongTimeRun], None] | None = None
+                    ) -> dict[str, list[LongTimeRun]]:
+    """Long-time runs for every activation and amplitude (`prior.amplitude`: the spike
+    amplitude √ν, or a factor on discrete points / Gaussian mean and standard deviations)."""
+    base = mode_config(cfg, mode)
+    runs: dict[str, list[LongTimeRun]] = {a: [] for a in activations}
+    for act in activations:
+        for amp in amplitudes:
+            c = base.replace(**{"model.activation": act, "prior.amplitude": float(amp)})
+            run = long_time(c, t_max=t_max, t_first=t_first, eval_backend=eval_backend)
+            runs[act].append(run)
+            if on_run is not None:
+                on_run(run)
+    return runs
+
+
+@dataclasses.dataclass
+class SGDPoint:
+    """Online SGD at finite D from the same kind of random start, measured at `t`: the seed
+    mean of the risk averaged over the last `tail` fraction of the save grid."""
+
+    activation: str
+    amplitude: float
+    lr: float
+    dim: int
+    seeds: int
+    t: float
+    risk: float
+    risk_sem: float
+    risk_final: list[float]
+    start: str
+
+    def summary(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def sgd_point(cfg: Config, *, dim: int, seeds: int, t: float, tail: float = 0.25,
+              n_save: int = 41, start: Overlaps | None = None, rho: float | None = None
+              ) -> SGDPoint:
+    """Run SGD (`[training]`, `[model]`, `[prior]` of `cfg`) at dimension `dim` over `seeds`
+    to time `t`; the risk is averaged over the last `tail` of the run and then over seeds.
+
+    `start`: overlaps to build the initial weights from ([`dynamics.weights_from_overlaps`][],
+    e.g. a gradient-flow fixed point, to measure the stationary SGD risk without waiting for
+    the escape); default the random initialization of `[training]`."""
+    times = np.linspace(0.0, t, n_save)
+    init = None
+    if start is not None:
+        rho = cfg.model.rho if rho is None else rho
+        ov = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
+
+        def init(key, teacher):
+            return weights_from_overlaps(key, ov, teacher, rho,
+                                         dtype=jnp.dtype(cfg.sim.dtype))
+    res = run_sgd(cfg, dim=dim, seeds=seeds, times=times, init=init)
+    risk = np.asarray(res.risk)                          # (S, T)
+    k = max(1, int(round(tail * (len(times) - 1))))
+    per_seed = risk[:, -k:].mean(axis=1)
+    sem = float(per_seed.std(ddof=1) / np.sqrt(seeds)) if seeds > 1 else float("nan")
+    return SGDPoint(activation=cfg.model.activation, amplitude=float(cfg.prior.amplitude),
+                    lr=float(cfg.training.lr), dim=dim, seeds=seeds, t=float(t),
+                    risk=float(per_seed.mean()), risk_sem=sem,
+                    risk_final=[float(x) for x in risk[:, -1]],
+                    start="random" if start is None else "fixed_point")
+
+
+def ode_tail_risk(cfg: Config, *, t: float, tail: float = 0.25, n_save: int = 41,
+                  eval_backend: AbstractExpectation | None = None) -> float:
+    """The ODE of `cfg` (its own mode) from `[ode] init` to time `t`, its risk averaged over
+    the last `tail` of the same save grid as [`sgd_point`][] (the theory for an SGD point)."""
+    from dynamics.ode import run_ode
+
+    times = np.linspace(0.0, t, n_save)
+    res = run_ode(cfg, times=times)
+    k = max(1, int(round(tail * (len(times) - 1))))
+    return float(np.mean(np.asarray(res.risk)[-k:]))
+
+
+def with_lr(cfg: Config, eta: float) -> Config:
+    """`cfg` at learning rate `η`, with `η_b` scaled by the same factor, so that every run
+    follows the same gradient flow in `τ = ηt` and differs only by the SGD noise."""
+    tr = cfg.training
+    return cfg.replace(**{"training.lr": float(eta),
+                          "training.lr_bias": float(tr.lr_bias * eta / tr.lr)})
+
+
+@dataclasses.dataclass
+class EtaPoint:
+    """The stationary risk at learning rate η (ODE with the η² terms), started from the
+    gradient-flow fixed point; optional SGD at finite D."""
+
+    eta: float
+    run: LongTimeRun
+    sgd: SGDPoint | None = None
+
+
+def project_psd(ov: Overlaps, rho: float) -> Overlaps:
+    """The nearest valid on-manifold state: the parts orthogonal to the teacher,
+    `r = q − m mᵀ` and `s − n nᵀ/ρ*`, with negative eigenvalues clipped to zero.
+
+    Long-time states sit at the edge of the PSD cone (`r → 0` at every minimum found), where
+    the integration can overshoot by round-off-sized negative eigenvalues (~1e-5); starting a
+    new integration from such a state would be refused by the initial-state check."""
+    def psd(a):
+        a = 0.5 * (a + a.T)
+        lam, u = jnp.linalg.eigh(a)
+        return (u * jnp.clip(lam, 0.0)) @ u.T
+
+    q = ov.m @ ov.m.T + psd(ov.r)
+    nn = jnp.outer(ov.n, ov.n) / rho
+    return Overlaps.manifold(m=ov.m, q=q, n=ov.n, s=nn + psd(ov.s - nn), b=ov.b)
+
+
+def noise_excess(cfg: Config, etas: Sequence[float], gradient_flow: LongTimeRun, *,
+                 tau_max: float, eval_backend: AbstractExpectation | None = None,
+                 sgd_etas: Sequence[float] = (), sgd_dim: int = 2000, sgd_seeds: int = 4,
+                 sgd_tau: float = 100.0, on_run: Callable | None = None) -> list[EtaPoint]:
+    """Stationary risk with SGD noise versus η: for each η, the ODE with its η² terms started
+    from the gradient-flow fixed point and integrated to stationarity (up to `τ = ηt =
+    tau_max`), and for η in `sgd_etas` online SGD at `sgd_dim` started from weights with the
+    gradient-flow fixed point's overlaps and run to `τ = sgd_tau`."""
+    out = []
+    start = project_psd(gradient_flow.overlaps, cfg.model.rho)
+    for eta in etas:
+        c = mode_config(with_lr(cfg, eta), "sgd_noise")
+        run = long_time(c, t_max=tau_max / eta, t_first=min(10.0, tau_max / 64) / eta,
+                        ov0=start, eval_backend=eval_backend)
+        point = EtaPoint(eta=float(eta), run=run)
+        if any(abs(eta - e) < 1e-12 for e in sgd_etas):
+            point.sgd = sgd_point(c, dim=sgd_dim, seeds=sgd_seeds, t=sgd_tau / eta,
+                                  start=start)
+        out.append(point)
+        if on_run is not None:
+            on_run(point)
+    return out
+
+
+def power_law_slope(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Least-squares slope of `log y` against `log x` (positive y only)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0)
+    if ok.sum() < 2:
+        return None
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+def heads_sweep(cfg: Config, heads: Sequence[int], activations: Sequence[str], *, mode: str,
+                t_max: float, t_first: float | None = None,
+                eval_backend: AbstractExpectation | None = None,
+                reuse: dict[tuple[str, int], LongTimeRun] | None = None,
+                on_run: Callable | None = None) -> dict[str, list[LongTimeRun]]:
+    """Long-time runs at each head count H for every activation (at the config's amplitude);
+    `reuse[(activation, H)]`: runs of the same configuration already done."""
+    base = mode_config(cfg, mode)
+    runs: dict[str, list[LongTimeRun]] = {a: [] for a in activations}
+    for act in activations:
+        for H in heads:
+            if reuse is not None and (act, int(H)) in reuse:
+                runs[act].append(reuse[(act, int(H))])
+                continue
+            c = base.replace(**{"model.activation": act, "model.H": int(H)})
+            run = long_time(c, t_max=t_max, t_first=t_first, eval_backend=eval_backend)
+            runs[act].append(run)
+            if on_run is not None:
+                on_run(run)
+    return runs
+
+
+def support_size(cfg: Config) -> int | None:
+    """S = |supp P_θ| for discrete priors (points of zero weight excluded), else None."""
+    prior = cfg.build_prior()
+    w = getattr(prior, "weights", None)
+    if w is None or getattr(prior, "points", None) is None:
+        return None
+    return int(np.sum(np.asarray(w) > 0))

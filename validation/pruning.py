@@ -1,0 +1,224 @@
+"""Pruning trained heads without retraining (spec §8 item 5).
+
+Removing head h from a trained model (H → H−1) deletes its key, value and bias: the remaining
+heads' fields keep their joint Gaussian law (the corresponding sub-blocks of the overlaps), the
+removed head's fields simply no longer enter the prediction. We evaluate that *exactly* by
+restricting the activation to the kept heads ([`Pruned`][]): the removed heads get zero attention
+and the kept ones are normalized among themselves, which for every activation is the
+`(H−1)`-head model (for Bayes-softmax the joint normalization then runs over the kept heads
+only). Evaluating all subsets of heads on the *same* Gaussian nodes (common random numbers) makes
+the differences between pruning steps far more accurate than their absolute values;
+[`remove_heads`][] builds the literally smaller state, and the tests check that both agree.
+
+Definitions (see `docs/activations.md`):
+
+- importance criteria: `greedy` removes, at each step, the head whose removal raises the risk
+  least (recomputed after every removal); `ablation` ranks heads once by the risk of the model
+  without that head alone; `random` orders are the control;
+- `prunable`: the number of heads removed (in the criterion's order) before the risk first
+  exceeds `(1 + 5%) ×` the unpruned risk;
+- the *first needed head* is the next one: the jump of the risk at that removal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from dynamics import HeadflowError, Model, Overlaps, population_risk
+from dynamics import key_dims, split_key_normals
+from dynamics._model import SIGNAL
+from dynamics.activations import AbstractActivation
+from dynamics.expectations import AbstractExpectation, Nodes
+
+PRUNABLE_TOLERANCE = 0.05
+"""`prunable`: heads removable before the risk exceeds `(1 + 0.05) ×` the unpruned risk."""
+
+CRITERIA = ("greedy", "ablation")
+
+
+class Pruned(AbstractActivation):
+    """`base` restricted to the heads `keep`: the kept heads' attention is `base` applied to
+    their logits and biases alone (so any joint normalization runs over the kept heads only), the
+    removed heads' attention is zero. The prediction is then exactly that of the model with the
+    other heads removed."""
+
+    name: ClassVar[str] = "pruned"
+    base: AbstractActivation
+    keep: tuple[int, ...] = eqx.field(static=True)
+
+    def __call__(self, logits: Float[Array, "heads tokens"],
+                 bias: Float[Array, " heads"]) -> Float[Array, "heads tokens"]:
+        out = jnp.zeros_like(logits)
+        if not self.keep:
+            return out
+        idx = np.asarray(self.keep, dtype=np.int64)
+        return out.at[idx].set(self.base(logits[idx], bias[idx]))
+
+
+def pruned_model(model: Model, keep) -> Model:
+    """`model` with only the heads `keep` (indices) active; see [`Pruned`][]."""
+    base = model.activation.base if isinstance(model.activation, Pruned) else model.activation
+    keep = tuple(sorted(int(h) for h in keep))
+    if any(h < 0 or h >= model.H for h in keep):
+        raise HeadflowError(f"heads to keep {keep} out of range for H = {model.H}")
+    return dataclasses.replace(model, activation=Pruned(base=base, keep=keep))
+
+
+def remove_heads(ov: Overlaps, keep) -> Overlaps:
+    """The overlaps of the kept heads only (rows/columns of `m, q, n, s, b` and the cross
+    overlaps): the state of the literally smaller model."""
+    idx = np.asarray(sorted(int(h) for h in keep), dtype=np.int64)
+    return Overlaps(m=ov.m[idx], q=ov.q[np.ix_(idx, idx)], n=ov.n[idx],
+                    s=ov.s[np.ix_(idx, idx)], b=ov.b[idx], kv=ov.kv[np.ix_(idx, idx)],
+                    kvs=ov.kvs[idx], vks=ov.vks[idx])
+
+
+@eqx.filter_jit
+def _risk(model: Model, ov: Overlaps, backend: AbstractExpectation, nodes: Nodes,
+          manifold: bool):
+    return population_risk(model, ov, backend, nodes, manifold=manifold)
+
+
+class SubsetRisk:
+    """Risk of any subset of heads of one trained state, on common nodes, memoized."""
+
+    def __init__(self, model: Model, ov: Overlaps, backend: AbstractExpectation, *,
+                 manifold: bool):
+        self.model, self.ov, self.backend, self.manifold = model, ov, backend, manifold
+        self.nodes = backend.nodes(key_dims(model))
+        self._cache: dict[tuple[int, ...], tuple[float, float]] = {}
+
+    def __call__(self, keep) -> tuple[float, float]:
+        keep = tuple(sorted(int(h) for h in keep))
+        if keep not in self._cache:
+            r, e = _risk(pruned_model(self.model, keep), self.ov, self.backend, self.nodes,
+                         self.manifold)
+            self._cache[keep] = (float(r), float(e))
+        return self._cache[keep]
+
+
+class PruneCurve(eqx.Module):
+    """Risk versus the number of heads removed (0..H) in one order.
+
+    **Fields:** `criterion`, `order` (head indices in removal order, length H), `risk` and
+    `risk_err` (H+1; entry k: after removing the first k heads of `order`).
+    """
+
+    criterion: str = eqx.field(static=True)
+    order: tuple[int, ...] = eqx.field(static=True)
+    risk: np.ndarray
+    risk_err: np.ndarray
+
+    def prunable(self, tol: float = PRUNABLE_TOLERANCE) -> int:
+        return prunable_count(self.risk, tol)
+
+
+def prunable_count(risk, tol: float = PRUNABLE_TOLERANCE) -> int:
+    """Heads removed before the risk first exceeds `(1 + tol) × risk[0]`."""
+    risk = np.asarray(risk)
+    over = np.nonzero(risk > (1.0 + tol) * risk[0])[0]
+    return int(over[0] - 1) if over.size else len(risk) - 1
+
+
+def curve_for_order(sub: SubsetRisk, order, criterion: str) -> PruneCurve:
+    H = sub.model.H
+    order = tuple(int(h) for h in order)
+    if sorted(order) != list(range(H)):
+        raise HeadflowError(f"a pruning order must be a permutation of the {H} heads, "
+                            f"got {order}")
+    vals = [sub(tuple(h for h in range(H) if h not in order[:k])) for k in range(H + 1)]
+    return PruneCurve(criterion=criterion, order=order, risk=np.array([v[0] for v in vals]),
+                      risk_err=np.array([v[1] for v in vals]))
+
+
+def prune_curve(model: Model, ov: Overlaps, backend: AbstractExpectation, *,
+                criterion: str = "greedy", manifold: bool = True,
+                sub: SubsetRisk | None = None) -> PruneCurve:
+    """Remove heads one at a time by `criterion` (no retraining) and record the risk.
+
+    **Arguments:** `model` (its H is the number of trained heads), `ov` the trained state
+    (ODE state, or the overlaps of SGD weights), `backend` the expectation rule, `criterion`:
+    `"greedy"` (remove the head whose removal raises the risk least, recomputed each step) or
+    `"ablation"` (rank once by the single-head ablation risk), `manifold` (ignore the cross
+    overlaps: True for ODE states on the invariant manifold, False for SGD weights).
+
+    **Returns:** a [`PruneCurve`][] with H+1 risks (0..H heads removed).
+    """
+    if criterion not in CRITERIA:
+        raise HeadflowError(f"pruning criterion {criterion!r}: choose one of "
+                            f"{', '.join(CRITERIA)}")
+    sub = SubsetRisk(model, ov, backend, manifold=manifold) if sub is None else sub
+    H = model.H
+    if criterion == "ablation":
+        scores = [sub(tuple(j for j in range(H) if j != h))[0] for h in range(H)]
+        return curve_for_order(sub, tuple(int(h) for h in np.argsort(scores, kind="stable")),
+                               criterion)
+    kept, order = list(range(H)), []
+    while kept:
+        risks = [sub(tuple(j for j in kept if j != h))[0] for h in kept]
+        h = kept[int(np.argmin(risks))]
+        order.append(h)
+        kept.remove(h)
+    return curve_for_order(sub, order, criterion)
+
+
+def random_curves(sub: SubsetRisk, n_orders: int, seed: int = 0) -> list[PruneCurve]:
+    """The control: `n_orders` uniformly random removal orders."""
+    rng = np.random.default_rng(seed)
+    return [curve_for_order(sub, tuple(int(h) for h in rng.permutation(sub.model.H)), "random")
+            for _ in range(n_orders)]
+
+
+def first_needed_jump(curve: PruneCurve, tol: float = PRUNABLE_TOLERANCE) -> dict | None:
+    """The risk jump at the first removal that costs more than `tol` (relative): removing the
+    first *needed* head. `None` when every head can go within the tolerance."""
+    k = curve.prunable(tol)
+    H = len(curve.order)
+    if k >= H:
+        return None
+    before, after = float(curve.risk[k]), float(curve.risk[k + 1])
+    return {"pruned_before": k, "head": int(curve.order[k]), "risk_before": before,
+            "risk_after": after, "jump": after - before,
+            "jump_rel": (after - before) / before if before > 0 else float("inf")}
+
+
+def head_statistics(model: Model, ov: Overlaps, backend: AbstractExpectation, *,
+                    manifold: bool = True) -> dict[str, np.ndarray]:
+    """Descriptive statistics of each head of a trained state: its mean attention on the signal
+    token `E A_{h1}` and in total `E Σ_ℓ A_{hℓ}`, its value alignment `n_h`, its key norm
+    `√q_hh` and the cosines `m_hf/√q_hh` with the teacher directions, and for discrete priors
+    the cosines with the support points."""
+    from dynamics import FieldLaw
+
+    nodes = backend.nodes(key_dims(model))
+    law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
+
+    def at_node(x):
+        tn, g_star, g_perp = split_key_normals(model, x)
+        thetas, weights = model.prior.theta_nodes(tn[None, :])
+
+        def at(theta):
+            _, chi = law.key_fields(theta, g_star, g_perp)
+            A = model.attention(chi, ov.b)
+            return jnp.stack([A[:, SIGNAL], jnp.sum(A, axis=-1)])
+
+        return jnp.tensordot(weights, jax.vmap(at)(thetas[:, 0, :]), axes=1)
+
+    mean, _ = backend.estimate(jax.jit(jax.vmap(at_node)), nodes)
+    mean = np.asarray(mean)
+    norm = np.sqrt(np.clip(np.diag(np.asarray(ov.q)), 1e-300, None))
+    out = {"attention_signal": mean[0], "attention_total": mean[1], "n": np.asarray(ov.n),
+           "key_norm": norm, "cos_features": np.asarray(ov.m) / norm[:, None]}
+    points = getattr(model.prior, "points", None)
+    if points is not None:
+        P = np.asarray(points)
+        pn = np.linalg.norm(P, axis=1)
+        out["cos_points"] = (np.asarray(ov.m) @ P.T) / (norm[:, None] * np.where(pn > 0, pn, 1))
+    return out
