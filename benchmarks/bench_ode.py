@@ -22,7 +22,7 @@ import numpy as np
 import scipy.integrate
 
 import dynamics as d
-from dynamics.ode import build_field, initial_state, integrate
+from dynamics.ode import build_field, initial_state
 from dynamics.ode._integrate import _solve, get_solver
 from sims import SGDHyper, save_steps_for, simulate
 

@@ -52,7 +52,7 @@ def weights_from_overlaps(key: PRNGKeyArray, ov: Overlaps, teacher: Teacher, rho
     overlaps", spec §9). Needs `D ≥ 3H + F + 1`."""
     from ._linalg import psd_sqrt
 
-    H, F, D = ov.H, ov.F, teacher.D
+    H, _F, D = ov.H, ov.F, teacher.D
     T = teacher.rows().astype(jnp.float64)                     # (F+1, D)
     omega = ov.gram(rho)
     st = omega[:2 * H, 2 * H:]                                  # (2H, F+1)

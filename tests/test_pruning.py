@@ -3,7 +3,6 @@ that contribute nothing can go at no cost, and the greedy criterion finds them."
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np

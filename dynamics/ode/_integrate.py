@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 import diffrax as dfx
 import equinox as eqx

@@ -22,7 +22,8 @@ from .._rundir import check_writable, run_dir
 from ..activations import (ACTIVATIONS, amplitude_sweep, bayes_risks, heads_sweep,
                            long_time, mode_config, noise_excess, ode_tail_risk,
                            power_law_slope, sgd_point, support_size, with_lr)
-from ._common import add_config_args, config_from_args, out_dir, positive_int
+from ._common import (add_config_args, config_from_args, out_dir, positive_float,
+                      positive_int)
 
 MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise terms dropped; "
              "τ = ηt) unless the config sets [ode] sgd_noise = true explicitly (in CONFIG or "
@@ -48,11 +49,11 @@ def register(sub) -> None:
                    "default: the config's amplitude times 1/3, 2/3, 1, 4/3")
     p.add_argument("--activations", type=_names, default=ACTIVATIONS, metavar="A,B,...",
                    help="activations to compare")
-    p.add_argument("--t-max", type=_positive, default=4000.0,
+    p.add_argument("--t-max", type=positive_float, default=4000.0,
                    help="longest integration time (t = steps/D at training.lr)")
-    p.add_argument("--t-first", type=_positive, default=25.0,
+    p.add_argument("--t-first", type=positive_float, default=25.0,
                    help="first integration chunk; later chunks double the elapsed time")
-    p.add_argument("--z", type=_positive, default=STATIONARY_Z,
+    p.add_argument("--z", type=positive_float, default=STATIONARY_Z,
                    help="stationarity tolerance in units of the vector field's MC error")
     p.add_argument("--risk-samples", type=positive_int, default=1 << 16,
                    help="QMC nodes for the final risks")
@@ -62,22 +63,22 @@ def register(sub) -> None:
                    help="amplitudes (among --amplitudes) at which to add online-SGD points")
     p.add_argument("--sgd-dim", type=positive_int, default=2000, help="D of the SGD points")
     p.add_argument("--sgd-seeds", type=positive_int, default=4, help="seeds of the SGD points")
-    p.add_argument("--sgd-t", type=_positive, default=None,
+    p.add_argument("--sgd-t", type=positive_float, default=None,
                    help="time of the SGD points (default training.t_max); the risk is "
                    "averaged over the last quarter of the run and over seeds, and compared "
                    "with the ODE with SGD noise at the same η over the same window")
-    p.add_argument("--sgd-lr", type=_positive, default=None,
+    p.add_argument("--sgd-lr", type=positive_float, default=None,
                    help="η of the SGD points (default training.lr; η_b scaled alike)")
     p.add_argument("--etas", type=_floats, default=(), metavar="E1,...",
                    help="Bayes-softmax at the config's amplitude and H: stationary risk of "
                    "the ODE with SGD noise at these learning rates (η_b scaled alike), "
                    "started from the gradient-flow fixed point; excess over R_Bayes")
-    p.add_argument("--tau-max", type=_positive, default=2000.0,
+    p.add_argument("--tau-max", type=positive_float, default=2000.0,
                    help="longest τ = ηt of the --etas runs")
     p.add_argument("--sgd-etas", type=_floats, default=(), metavar="E1,...",
                    help="learning rates (among --etas) with SGD at --sgd-dim, started from "
                    "weights with the gradient-flow fixed point's overlaps")
-    p.add_argument("--sgd-tau", type=_positive, default=100.0,
+    p.add_argument("--sgd-tau", type=positive_float, default=100.0,
                    help="τ = ηt of the --sgd-etas runs")
     p.add_argument("--heads", type=_ints, default=(), metavar="H1,...",
                    help="risk versus the number of heads at the config's amplitude")
@@ -351,11 +352,3 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
-def _positive(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (np.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v

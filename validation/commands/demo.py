@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-from dynamics import load_config
 
 from .._rundir import run_dir
 from .bayes import compute as bayes_summary

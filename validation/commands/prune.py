@@ -19,8 +19,9 @@ from ..activations import ACTIVATIONS, long_time, mode_config
 from ..pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, SubsetRisk,
                        first_needed_jump, head_statistics, prunable_count, prune_curve,
                        random_curves)
-from ._common import add_config_args, config_from_args, out_dir, positive_int
-from .activations import (MODE_HELP, _logger, _names, _np, _positive, describe_mode,
+from ._common import (add_config_args, config_from_args, out_dir, positive_float,
+                      positive_int)
+from .activations import (MODE_HELP, _logger, _names, _np, describe_mode,
                           mode_of)
 
 
@@ -45,10 +46,10 @@ def register(sub) -> None:
     p.add_argument("--source", choices=("ode", "sgd"), default="ode",
                    help="trained heads: the long-time ODE state, or SGD weights at --dim "
                    "after training.t_max (pruned per seed, curves averaged)")
-    p.add_argument("--t-max", type=_positive, default=4000.0,
+    p.add_argument("--t-max", type=positive_float, default=4000.0,
                    help="longest ODE integration time (--source ode)")
-    p.add_argument("--t-first", type=_positive, default=25.0, help="first ODE chunk")
-    p.add_argument("--z", type=_positive, default=STATIONARY_Z,
+    p.add_argument("--t-first", type=positive_float, default=25.0, help="first ODE chunk")
+    p.add_argument("--z", type=positive_float, default=STATIONARY_Z,
                    help="stationarity tolerance in units of the vector field's MC error")
     p.add_argument("--dim", type=positive_int, default=None,
                    help="D of the SGD runs (--source sgd; default sim.dim)")

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from dynamics import HeadflowError
 
+from ..commands._common import nonneg_int, positive_float, positive_int
+
 _TOKENIZER_ENV = "HEADFLOW_GPT2_TOKENIZER"
 
 
@@ -68,36 +70,6 @@ def _fingerprint(*parts) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def _nonneg(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {v}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {v}")
-    return v
-
-
 def _common(p: argparse.ArgumentParser, *, out_help: str) -> None:
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help=out_help)
     p.add_argument("--json", action="store_true",
@@ -118,14 +90,14 @@ def register(subparsers) -> None:
                        description="Write a randomly initialized GPT-2 (config.json, "
                        "model.safetensors, tokenizer files) that transformers loads too. "
                        "Default: the 124M shape.")
-    p.add_argument("--layers", type=_positive, default=12)
-    p.add_argument("--heads", type=_positive, default=12)
-    p.add_argument("--width", type=_positive, default=768, help="n_embd")
-    p.add_argument("--vocab", type=_positive, default=50257)
-    p.add_argument("--positions", type=_positive, default=1024, help="n_positions (context)")
-    p.add_argument("--inner", type=_positive, default=None, help="MLP width (default 4 × width)")
-    p.add_argument("--std", type=_positive_float, default=0.02, help="initializer_range")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--layers", type=positive_int, default=12)
+    p.add_argument("--heads", type=positive_int, default=12)
+    p.add_argument("--width", type=positive_int, default=768, help="n_embd")
+    p.add_argument("--vocab", type=positive_int, default=50257)
+    p.add_argument("--positions", type=positive_int, default=1024, help="n_positions (context)")
+    p.add_argument("--inner", type=positive_int, default=None, help="MLP width (default 4 × width)")
+    p.add_argument("--std", type=positive_float, default=0.02, help="initializer_range")
+    p.add_argument("--seed", type=nonneg_int, default=0)
     p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR",
                    help="copy vocab.json/merges.txt (or tokenizer.json) from DIR "
                    "(default: the shared GPT-2 BPE files, when found)")
@@ -138,8 +110,8 @@ def register(subparsers) -> None:
                        "(layers, heads, L, L) and tokens to an .npz file.")
     p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
     p.add_argument("--text", type=Path, required=True, metavar="FILE")
-    p.add_argument("--length", type=_positive, required=True, metavar="L")
-    p.add_argument("--offset", type=_nonneg, default=0, help="tokens skipped first")
+    p.add_argument("--length", type=positive_int, required=True, metavar="L")
+    p.add_argument("--offset", type=nonneg_int, default=0, help="tokens skipped first")
     p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR")
     p.add_argument("--compress", action="store_true", help="np.savez_compressed")
     _common(p, out_help="output .npz file (default: runs/gpt2-extract-<hash>.npz)")
@@ -153,19 +125,19 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR")
     p.add_argument("--text", type=Path, required=True, metavar="FILE")
     p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR")
-    p.add_argument("--length", type=_positive, default=None, metavar="L",
+    p.add_argument("--length", type=positive_int, default=None, metavar="L",
                    help="largest context length (default 1024, or the model's context if "
                    "smaller); lengths are the powers of two from 32 up to L")
     p.add_argument("--config", type=Path, default=None, metavar="FILE",
                    help="TOML file with a [bounds] table")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override one [bounds] key (repeatable; TOML value)")
-    p.add_argument("--windows", type=_positive, default=None, help="consecutive text windows")
-    p.add_argument("--offset", type=_nonneg, default=None, help="tokens skipped first")
+    p.add_argument("--windows", type=positive_int, default=None, help="consecutive text windows")
+    p.add_argument("--offset", type=nonneg_int, default=None, help="tokens skipped first")
     p.add_argument("--vectors", choices=("value", "hidden"), default=None,
                    help="token vectors x: value vectors (default) or layer inputs")
-    p.add_argument("--mc-samples", type=_positive, default=None)
-    p.add_argument("--seed", type=_nonneg, default=None)
+    p.add_argument("--mc-samples", type=positive_int, default=None)
+    p.add_argument("--seed", type=nonneg_int, default=None)
     p.add_argument("--no-plots", action="store_true", help="skip the figures")
     _common(p, out_help="result folder (default: runs/gpt2-bounds-<hash>)")
     p.set_defaults(func=cmd_bounds)
@@ -175,18 +147,18 @@ def register(subparsers) -> None:
                        "a text and save it in the Hugging Face layout.")
     p.add_argument("--text", type=Path, required=True, metavar="FILE")
     p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR")
-    p.add_argument("--layers", type=_positive, default=3)
-    p.add_argument("--heads", type=_positive, default=4)
-    p.add_argument("--width", type=_positive, default=128)
-    p.add_argument("--context", type=_positive, default=1024)
-    p.add_argument("--steps", type=_positive, default=200)
-    p.add_argument("--batch", type=_positive, default=2)
-    p.add_argument("--lr", type=_positive_float, default=3e-3)
-    p.add_argument("--predict-fraction", type=_positive_float, default=0.125,
+    p.add_argument("--layers", type=positive_int, default=3)
+    p.add_argument("--heads", type=positive_int, default=4)
+    p.add_argument("--width", type=positive_int, default=128)
+    p.add_argument("--context", type=positive_int, default=1024)
+    p.add_argument("--steps", type=positive_int, default=200)
+    p.add_argument("--batch", type=positive_int, default=2)
+    p.add_argument("--lr", type=positive_float, default=3e-3)
+    p.add_argument("--predict-fraction", type=positive_float, default=0.125,
                    help="fraction of positions whose next token is predicted each step")
-    p.add_argument("--max-minutes", type=_positive_float, default=None,
+    p.add_argument("--max-minutes", type=positive_float, default=None,
                    help="stop early after this many minutes of training")
-    p.add_argument("--seed", type=_nonneg, default=0)
+    p.add_argument("--seed", type=nonneg_int, default=0)
     _common(p, out_help="checkpoint folder (default: runs/gpt2-train-<hash>)")
     p.set_defaults(func=cmd_train)
 
