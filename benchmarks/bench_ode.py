@@ -5,8 +5,12 @@
 2. the same right-hand side in numpy driven by `scipy.integrate.solve_ivp` at the same tolerance
    (target: JAX/diffrax ≥ 10× faster; compile time excluded and reported separately).
 
+Both are measured for each right-hand side in `--rhs` (default: `autodiff`, the generic
+autodiff field, and `symbolic`, the code generated from the sympy derivation; the two compute the
+same vector field to round-off, see `tests/test_symbolic.py`).
+
 Usage: `python benchmarks/bench_ode.py [--t-max 100] [--dim 4000] [--seeds 16]
-[--numpy-samples 16384] [--skip-sgd]`.
+[--numpy-samples 16384] [--rhs autodiff,symbolic] [--skip-sgd]`.
 """
 
 from __future__ import annotations
@@ -56,16 +60,24 @@ def main():
     p.add_argument("--dim", type=int, default=4000)
     p.add_argument("--seeds", type=int, default=16)
     p.add_argument("--numpy-samples", type=int, default=16384)
+    p.add_argument("--rhs", default="autodiff,symbolic",
+                   help="comma-separated right-hand sides to time ([ode] rhs)")
     p.add_argument("--skip-sgd", action="store_true")
     args = p.parse_args()
     print(f"devices: {jax.devices()}")
-
-    cfg = d.load_config(None, [f"training.t_max={args.t_max}", "output.n_save=101"])
-    ts = cfg.save_times()
-    compile_s, run_s, sol, _, _ = time_ode(cfg, ts)
-    print(f"[1] ODE, default config ({cfg.ode.samples} {cfg.ode.expectation} nodes, "
-          f"{cfg.ode.solver}, rtol={cfg.ode.rtol}), t_max={args.t_max}: "
-          f"run {run_s:.2f} s, compile {compile_s:.2f} s, {int(sol.stats['num_steps'])} steps")
+    rhs_kinds = [r.strip() for r in args.rhs.split(",") if r.strip()]
+    base = d.load_config(None, [f"training.t_max={args.t_max}", "output.n_save=101"])
+    ts = base.save_times()
+    ode_s = {}
+    for rhs in rhs_kinds:
+        cfg = base.replace(**{"ode.rhs": rhs})
+        compile_s, run_s, sol, _, _ = time_ode(cfg, ts)
+        ode_s[rhs] = run_s
+        print(f"[1] ODE ({rhs} RHS), default config ({cfg.ode.samples} {cfg.ode.expectation} "
+              f"nodes, {cfg.ode.solver}, rtol={cfg.ode.rtol}), t_max={args.t_max}: "
+              f"run {run_s:.2f} s, compile {compile_s:.2f} s, {int(sol.stats['num_steps'])} "
+              "steps")
+    cfg = base
     if not args.skip_sgd:
         model = cfg.build_model()
         tr = cfg.training
@@ -82,11 +94,16 @@ def main():
         sgd_s = time.perf_counter() - t0
         print(f"    SGD, D={args.dim}, {args.seeds} seeds, {steps[-1]} steps: {sgd_s:.1f} s "
               f"(compile ≈ {sgd_compile:.1f} s)")
-        print(f"    ratio ODE/SGD = 1/{sgd_s / run_s:.0f} (target ≤ 1/100); including the ODE "
-              f"compile: 1/{sgd_s / (run_s + compile_s):.0f}")
+        for rhs, run_s in ode_s.items():
+            print(f"    ratio ODE ({rhs})/SGD = 1/{sgd_s / run_s:.0f} (target ≤ 1/100)")
 
     # [2] numpy + solve_ivp, same nodes, same tolerance
-    ncfg = cfg.replace(**{"ode.samples": args.numpy_samples})
+    for rhs in rhs_kinds:
+        _numpy_vs_jax(base.replace(**{"ode.samples": args.numpy_samples, "ode.rhs": rhs}), ts,
+                      args.numpy_samples)
+
+
+def _numpy_vs_jax(ncfg, ts, samples):
     compile_s, run_s, sol, field, ov0 = time_ode(ncfg, ts)
     model = field.model
     prior = model.prior
@@ -107,7 +124,8 @@ def main():
                                     rtol=ncfg.ode.rtol, atol=ncfg.ode.atol)
     np_s = time.perf_counter() - t0
     diff = np.max(np.abs(out.y[:, -1] - _flat(jax.tree.map(lambda x: x[-1], sol.ys))))
-    print(f"[2] same RHS ({args.numpy_samples} nodes): max |numpy − JAX| at t=0: {agree:.1e}; "
+    print(f"[2] same RHS as {ncfg.ode.rhs} ({samples} nodes): max |numpy − JAX| at t=0: "
+          f"{agree:.1e}; "
           f"numpy RHS {np_rhs * 1e3:.0f} ms/call")
     print(f"    scipy solve_ivp(RK45): {np_s:.1f} s, {out.nfev} RHS calls; diffrax Tsit5: "
           f"{run_s:.2f} s (compile {compile_s:.1f} s, excluded), "
