@@ -36,9 +36,10 @@ STUDIES = {
                      "--sgd-t", "200"],
     # pruning 4 trained heads (long-time gradient-flow states), flipped spike a = 3
     "prune": ["prune", *ODE, "--set", "model.H=4", "--t-max", "1000", "--random-orders", "8"],
-    # pruning SGD weights (D = 2000, 4 seeds, t = 100)
-    "prune_sgd": ["prune", "--set", "model.H=4", "--source", "sgd", "--dim", "2000",
-                  "--seeds", "4", "--random-orders", "8"],
+    # pruning SGD weights (D = 2000, 4 seeds, t = 200; η = 0.5: four softmax heads diverge at 1)
+    "prune_sgd": ["prune", "--set", "model.H=4", "--set", "training.lr=0.5", "--set",
+                  "training.lr_bias=0.5", "--set", "training.t_max=200", "--source", "sgd",
+                  "--dim", "2000", "--seeds", "4", "--random-orders", "8"],
 }
 
 
