@@ -72,15 +72,21 @@ def _chunk_fields(key, teacher: Teacher, model: Model, W: jax.Array, batch: int)
 
 
 @contextlib.contextmanager
-def optimized():
-    """Compile with XLA's optimizations even where conftest turned most of them off: for the
-    few programs whose run time (not compile time) dominates, such as the sequence sampler."""
+def xla_optimizations(enabled: bool):
+    """Set XLA's optimizations (`jax_disable_most_optimizations`) for the block, then restore
+    the previous setting."""
     before = bool(jax.config.values.get("jax_disable_most_optimizations", False))
-    jax.config.update("jax_disable_most_optimizations", False)
+    jax.config.update("jax_disable_most_optimizations", not enabled)
     try:
         yield
     finally:
         jax.config.update("jax_disable_most_optimizations", before)
+
+
+def optimized():
+    """Compile with XLA's optimizations even where conftest turned most of them off: for the
+    few programs whose run time (not compile time) dominates, such as the sequence sampler."""
+    return xla_optimizations(True)
 
 
 def sampled_fields(key, teacher: Teacher, model: Model, W, n: int, chunk: int = 4096):

@@ -38,7 +38,7 @@ if os.environ.get("HEADFLOW_TYPECHECK", "1") != "0" and not any(
         TYPECHECKED = True
 
 import dynamics  # noqa: E402,F401  (enables float64)
-import jax  # noqa: E402
+from _util import xla_optimizations  # noqa: E402
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
                  "test_sgd", "test_config_cli"}
@@ -49,12 +49,8 @@ def _fast_compile(request):
     if request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE:
         yield
         return
-    before = bool(jax.config.values.get("jax_disable_most_optimizations", False))
-    jax.config.update("jax_disable_most_optimizations", True)
-    try:
+    with xla_optimizations(False):
         yield
-    finally:
-        jax.config.update("jax_disable_most_optimizations", before)
 
 
 def pytest_configure(config):

@@ -54,31 +54,20 @@ def show_progress() -> bool:
     return sys.stderr.isatty()
 
 
-def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _number_parser(kind: type, ok, what: str):
+    """An argparse `type=` that parses `kind` and accepts values with `ok(v)`, else names the
+    expectation `what` in a one-line error."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return v
+    return parse
 
 
-def nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {v}")
-    return v
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
+positive_int = _number_parser(int, lambda v: v >= 1, "a positive integer")
+nonneg_int = _number_parser(int, lambda v: v >= 0, "an integer ≥ 0")
+positive_float = _number_parser(float, lambda v: math.isfinite(v) and v > 0, "a positive number")

@@ -13,7 +13,8 @@ from .._rundir import run_dir
 from ..analysis import ESCAPE_THRESHOLD
 from ..escape import escape_study
 from ..phase_plots import plot_escape
-from ._common import add_config_args, config_from_args, out_dir, positive_int, show_progress
+from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
+                      show_progress)
 
 
 def dims_list(text: str) -> list[int]:
@@ -27,16 +28,6 @@ def dims_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"need at least two distinct dimensions >= 2, got "
                                          f"{text!r}")
     return sorted(set(dims))
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0 or not np.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
 
 
 def register(sub) -> None:

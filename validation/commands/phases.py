@@ -18,8 +18,8 @@ from .._rundir import run_dir
 from ..analysis import ESCAPE_THRESHOLD, alignment
 from ..phase_plots import plot_phases
 from ..phases import detect_phases, seed_summary
-from ._common import add_config_args, config_from_args, out_dir, positive_int, show_progress
-from .escape import positive_float
+from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
+                      show_progress)
 
 
 def register(sub) -> None:

@@ -11,8 +11,8 @@ from ..analysis import ESCAPE_THRESHOLD
 from ..phase_diagram import class_names, classify
 from ..phase_plots import plot_phase_diagram, plot_sweep
 from ..sweep import STATUS, parse_grid, run_sweep
-from ._common import add_config_args, config_from_args, out_dir, positive_int, show_progress
-from .escape import positive_float
+from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
+                      show_progress)
 
 
 def register(sub) -> None:
