@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from dynamics import HeadflowError
 
+from .commands._common import json_default
+
 # Modules that register commands, in `--help` order. A module that is missing (a command still
 # being built) is skipped, so the rest of the CLI keeps working.
 _COMMAND_MODULES = (
@@ -57,22 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def emit_json(summary: dict) -> None:
     """Print `summary` as one JSON object on the last line of stdout."""
-    print(json.dumps(summary, default=_json_default), flush=True)
-
-
-def _json_default(obj):
-    try:
-        import numpy as np
-
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, np.ndarray):
-            return obj.tolist()
-    except ImportError:  # pragma: no cover
-        pass
-    if hasattr(obj, "__fspath__"):
-        return str(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+    print(json.dumps(summary, default=json_default), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -71,3 +71,17 @@ def _number_parser(kind: type, ok, what: str):
 positive_int = _number_parser(int, lambda v: v >= 1, "a positive integer")
 nonneg_int = _number_parser(int, lambda v: v >= 0, "an integer ≥ 0")
 positive_float = _number_parser(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
+
+
+def json_default(obj):
+    """`json.dumps(default=...)` for what results hold besides plain Python: numpy scalars and
+    arrays, paths."""
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if hasattr(obj, "__fspath__"):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")

@@ -22,8 +22,8 @@ from .._rundir import check_writable, run_dir
 from ..activations import (ACTIVATIONS, amplitude_sweep, bayes_risks, heads_sweep,
                            long_time, mode_config, noise_excess, ode_tail_risk,
                            power_law_slope, sgd_point, support_size, with_lr)
-from ._common import (add_config_args, config_from_args, out_dir, positive_float,
-                      positive_int)
+from ._common import (add_config_args, config_from_args, json_default, out_dir,
+                      positive_float, positive_int)
 
 MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise terms dropped; "
              "τ = ηt) unless the config sets [ode] sgd_noise = true explicitly (in CONFIG or "
@@ -213,8 +213,9 @@ def run(args) -> dict:
                 arrays[f"risk_{act}_{i}"] = r.risk_t
         np.savez(rd.path("activations.npz"), **arrays)
         runs_json = {a: [r.summary() for r in runs[a]] for a in args.activations}
-        rd.path("runs.json").write_text(json.dumps(runs_json, indent=1, default=_np) + "\n")
-        rd.path("activations.json").write_text(json.dumps(summary, indent=2, default=_np)
+        rd.path("runs.json").write_text(json.dumps(runs_json, indent=1, default=json_default)
+                                        + "\n")
+        rd.path("activations.json").write_text(json.dumps(summary, indent=2, default=json_default)
                                                + "\n")
         plots.plot_final_risk(rd.path("final_risk.png"), amps, summary["final_risk"],
                               summary["final_risk_err"], bayes, bayes_err, mode=mode, sgd=sgd,
@@ -309,14 +310,6 @@ def _logger(args):
         print(msg, file=sys.stderr if quiet else sys.stdout, flush=True)
 
     return log
-
-
-def _np(obj):
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(type(obj).__name__)
 
 
 def _floats(text: str) -> tuple[float, ...]:

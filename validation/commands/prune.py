@@ -19,9 +19,9 @@ from ..activations import ACTIVATIONS, long_time, mode_config
 from ..pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, SubsetRisk,
                        first_needed_jump, head_statistics, prunable_count, prune_curve,
                        random_curves)
-from ._common import (add_config_args, config_from_args, out_dir, positive_float,
-                      positive_int)
-from .activations import (MODE_HELP, _logger, _names, _np, describe_mode,
+from ._common import (add_config_args, config_from_args, json_default, out_dir,
+                      positive_float, positive_int)
+from .activations import (MODE_HELP, _logger, _names, describe_mode,
                           mode_of)
 
 
@@ -149,7 +149,8 @@ def run(args) -> dict:
         np.savez(rd.path("prune.npz"), pruned=np.asarray(pruned),
                  **{f"risk_{a}": np.asarray(curves[a]["risk"]) for a in curves},
                  **{f"random_{a}": np.asarray(randoms[a]) for a in curves if randoms[a]})
-        rd.path("prune.json").write_text(json.dumps(summary, indent=2, default=_np) + "\n")
+        rd.path("prune.json").write_text(json.dumps(summary, indent=2, default=json_default)
+                                         + "\n")
         plots.plot_pruning(rd.path("prune.png"), curves, randoms,
                            null_risk=summary["null_risk"],
                            title=f"pruning {H} heads ({args.source}"
