@@ -1,4 +1,5 @@
-"""Full-size escape-time measurement (spec §8.3): the `headflow escape` study of
+"""Full-size escape-time measurement (`docs/phases.md#the-papers-claims`): the `headflow escape`
+study of
 `validation/configs/escape.toml` over D = 250, 500, 1000, 2000, 4000 with 16 seeds, compile
 time reported separately from run time.
 
@@ -20,7 +21,6 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 
 
 def main() -> None:
@@ -30,10 +30,14 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("runs/bench-escape"))
     args = ap.parse_args()
 
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
     from dynamics import Config
-    from validation import escape as esc
+    from validation._json import write as write_json
     from validation._rundir import run_dir
-    from validation.phase_plots import plot_escape
+    from validation.experiments import escape as esc
+    from validation.plots.phases import plot_escape
 
     text = resources.files("validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(**{"sim.seeds": args.seeds})
@@ -49,8 +53,8 @@ def main() -> None:
         report, arrays = esc.escape_study(cfg, dims, args.seeds)
         run_s = time.perf_counter() - t0
         rd.meta["timings"] = {"compile_s": compile_s, "run_s": run_s, **report["wall_s"]}
-        rd.path("escape.json").write_text(json.dumps(report, indent=2) + "\n")
-        np.savez(rd.path("escape.npz"), **arrays)
+        write_json(rd.path("escape.json"), report)
+        rd.save_npz("escape.npz", arrays)
         plot_escape(rd.path("escape.png"), report, arrays)
     print(json.dumps({k: report[k] for k in ("lambda", "slope_predicted", "slope_measured",
                                              "slope_ci", "escape_mean", "escape_predicted",

@@ -26,11 +26,12 @@ import numpy as np
 import scipy.integrate
 
 import dynamics as d
-from dynamics.ode import build_field, initial_state
-from dynamics.ode._integrate import _solve, get_solver
-from sims import SGDHyper, save_steps_for, simulate
+from dynamics.ode import Integrator, build_field, initial_state, solve
+from sims import simulate
 
 from _numpy_ode import NumpyManifoldRHS
+
+jax.config.update("jax_enable_x64", True)
 
 
 def _flat(ov):
@@ -42,14 +43,12 @@ def time_ode(cfg, ts):
     model = cfg.build_model()
     field = build_field(cfg, model)
     ov0 = initial_state(cfg, model)
-    o = cfg.ode
-    args = (field, ov0, jnp.asarray(ts), get_solver(o.solver), o.rtol, o.atol, o.max_steps,
-            dfx.NoProgressMeter())
+    args = (dfx.ODETerm(field), ov0, jnp.asarray(ts), Integrator.from_config(cfg.ode))
     t0 = time.perf_counter()
-    jax.block_until_ready(_solve(*args))
+    jax.block_until_ready(solve(*args))
     first = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sol = jax.block_until_ready(_solve(*args))
+    sol = jax.block_until_ready(solve(*args))
     run = time.perf_counter() - t0
     return first - run, run, sol, field, ov0
 
@@ -81,19 +80,18 @@ def main():
     if not args.skip_sgd:
         model = cfg.build_model()
         tr = cfg.training
-        steps = save_steps_for(ts, args.dim)
-        hp = SGDHyper.from_config(tr)
+        hp = d.StepSizes.from_config(tr)
         kw = dict(dim=args.dim, seeds=list(range(args.seeds)), init_std=(
             tr.init_key_std, tr.init_value_std, tr.init_bias))
         t0 = time.perf_counter()
-        simulate(model, hp, save_steps=steps[:2], **kw)  # compile (same shapes)
+        simulate(model, hp, times=ts[:2], **kw)  # compile (same shapes)
         sgd_compile = time.perf_counter() - t0
         t0 = time.perf_counter()
-        ov, _, _ = simulate(model, hp, save_steps=steps, **kw)
-        jax.block_until_ready(ov.m)
+        run = simulate(model, hp, times=ts, **kw)
+        jax.block_until_ready(run.overlaps.m)
         sgd_s = time.perf_counter() - t0
-        print(f"    SGD, D={args.dim}, {args.seeds} seeds, {steps[-1]} steps: {sgd_s:.1f} s "
-              f"(compile ≈ {sgd_compile:.1f} s)")
+        print(f"    SGD, D={args.dim}, {args.seeds} seeds, {int(run.steps[-1])} steps: "
+              f"{sgd_s:.1f} s (compile ≈ {sgd_compile:.1f} s)")
         for rhs, run_s in ode_s.items():
             print(f"    ratio ODE ({rhs})/SGD = 1/{sgd_s / run_s:.0f} (target ≤ 1/100)")
 

@@ -34,7 +34,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 
-import dynamics  # noqa: E402,F401  (x64 on; the simulator asks for float32 explicitly)
+jax.config.update("jax_enable_x64", True)  # overlaps in float64; the simulator asks for float32
+import dynamics  # noqa: E402
 import sims  # noqa: E402
 from dynamics import load_config, make_teacher, sample_data  # noqa: E402
 
@@ -43,7 +44,7 @@ D, L, H, S = 4000, 4, 2, 16
 
 def _setup():
     cfg = load_config(None, [f"sim.dim={D}", f"sim.seeds={S}", f"model.L={L}", f"model.H={H}"])
-    return cfg, cfg.build_model(), sims.SGDHyper.from_config(cfg.training)
+    return cfg, cfg.build_model(), dynamics.StepSizes.from_config(cfg.training)
 
 
 class _Clock:
@@ -71,9 +72,9 @@ def bench_sims(model, hp, steps):
     seeds = list(range(S))
 
     def run(n):
-        ov, _, w = sims.simulate(model, hp, dim=D, seeds=seeds, save_steps=[0, n],
-                                 dtype=jnp.float32)
-        return ov.q, w.K
+        run = sims.simulate(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
+                            dtype=jnp.float32)
+        return run.overlaps.q, run.weights.K
 
     t_first, _ = _timed(lambda: run(1))         # compile + 1 step
     t_again, _ = _timed(lambda: run(1))         # the same call, compiled
@@ -182,7 +183,7 @@ def check_numpy_gradients(model):
 
 def _variant_runner(step_fn, model, hp, steps):
     """Time `step_fn(teacher, w, key) -> w` in the same fori_loop/vmap harness as sims."""
-    seeds = jnp.stack([sims.seed_keys(s) for s in range(S)])
+    seeds = jnp.stack([jr.split(jr.key(s), 3) for s in range(S)])   # as sims seeds its runs
     teachers = jax.vmap(lambda k: make_teacher(k, D, model.F, model.rho, jnp.float32))(seeds[:, 0])
     w0 = jax.vmap(lambda k: dynamics.init_weights(k, H, D, key_std=0.1, value_std=0.1, bias=0.0))(
         seeds[:, 1])

@@ -1,32 +1,37 @@
 """The single-location model: definitions shared by theory and simulation, and its ODEs.
 
-Importing this package enables float64 in JAX (`jax_enable_x64`): the ODEs and the reference
-checks run in float64, while the simulator and the GPT-2 model ask for float32 explicitly.
+headflow computes in float64 where accuracy matters (the ODEs, overlaps, reference checks) and
+asks for float32 explicitly where it is meant (the weight-space simulator's default). JAX's
+float64 is off unless the program enables it; importing this package does not change that
+global setting. Call `jax.config.update("jax_enable_x64", True)` first (the `headflow`
+command line and the test suite do).
 """
-
-import jax as _jax
-
-_jax.config.update("jax_enable_x64", True)
 
 from . import activations as activations
 from . import expectations as expectations
 from . import priors as priors
-from . import ode as ode
 from ._errors import ConfigError as ConfigError
 from ._errors import DivergenceError as DivergenceError
 from ._errors import HeadflowError as HeadflowError
-from ._linalg import psd_sqrt as psd_sqrt
+from ._errors import require_x64 as require_x64
 from ._model import SIGNAL as SIGNAL
 from ._model import Model as Model
 from ._model import ValueMoments as ValueMoments
+from ._overlaps import CROSS_OVERLAPS as CROSS_OVERLAPS
+from ._overlaps import ORDER_PARAMETERS as ORDER_PARAMETERS
 from ._overlaps import FieldLaw as FieldLaw
 from ._overlaps import Overlaps as Overlaps
 from ._risk import bayes_construction as bayes_construction
 from ._risk import bayes_risk as bayes_risk
-from ._risk import key_dims as key_dims
+from ._risk import key_expectation as key_expectation
 from ._risk import population_risk as population_risk
-from ._risk import risk_integrand as risk_integrand
-from ._risk import split_key_normals as split_key_normals
+from ._risk import risk_nodes as risk_nodes
+from ._steps import StepSizes as StepSizes
+from ._stop import Interrupted as Interrupted
+from ._stop import check_stop as check_stop
+from ._stop import clear_stop as clear_stop
+from ._stop import request_stop as request_stop
+from ._stop import stop_requested as stop_requested
 from ._teacher import Teacher as Teacher
 from ._teacher import make_teacher as make_teacher
 from ._teacher import sample_data as sample_data

@@ -28,7 +28,7 @@ def _make(f, fprime):
     def matfun(a):
         a = 0.5 * (a + a.T)
         lam, u = jnp.linalg.eigh(a)
-        return (u * f(lam)) @ u.T
+        return (u * f(lam)[None, :]) @ u.T
 
     @matfun.defjvp
     def _jvp(primals, tangents):
@@ -36,7 +36,7 @@ def _make(f, fprime):
         a = 0.5 * (a + a.T)
         da = 0.5 * (da + da.T)
         lam, u = jnp.linalg.eigh(a)
-        out = (u * f(lam)) @ u.T
+        out = (u * f(lam)[None, :]) @ u.T
         dd = _divided_differences(lam, f, fprime)
         return out, u @ (dd * (u.T @ da @ u)) @ u.T
 
@@ -68,7 +68,14 @@ def psd_pinv_sqrt(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     lam, u = jnp.linalg.eigh(a)
     keep = lam > _cutoff(lam)
     inv = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, lam, 1.0)), 0.0)
-    return (u * inv) @ u.T
+    return (u * inv[None, :]) @ u.T
+
+
+def psd_part(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
+    """The nearest PSD matrix to the symmetric part of `a` (negative eigenvalues clipped)."""
+    a = 0.5 * (a + a.T)
+    lam, u = jnp.linalg.eigh(a)
+    return (u * jnp.clip(lam, 0.0)[None, :]) @ u.T
 
 
 def min_eigenvalue(a: Float[Array, "n n"]) -> Float[Array, ""]:

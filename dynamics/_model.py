@@ -1,4 +1,5 @@
-"""The student model (spec §2): one layer of H attention heads, no output projection.
+"""The student model (`docs/model.md#the-student-attention-heads`): one layer of H attention heads,
+no output projection.
 
 These functions are *the* predictor: the simulator evaluates them on actual fields `X k_h/√D`,
 the ODEs on sampled Gaussian fields, so theory and simulation can never disagree about the model.
@@ -15,7 +16,7 @@ from .priors import AbstractPrior
 
 SIGNAL = 0
 """Index of the token carrying the signal in every expectation (nothing depends on position,
-so `ε = 1` is fixed, spec §5; the simulator draws `ε` uniformly)."""
+so the hidden location is fixed to the first token there; the simulator draws it uniformly)."""
 
 
 class Model(eqx.Module):
@@ -61,7 +62,7 @@ class Model(eqx.Module):
         `szz, szy, syy`, independent across tokens; then
         `E[(ŷ−y)²|keys] = (Σ_ℓ A_ℓ·mz_ℓ − my)² + Σ_ℓ A_ℓᵀ szz A_ℓ − 2 A_1·szy + syy + Δ²`.
         On the invariant manifold `mz = 0, my = 0, szz = s, szy = n, syy = ρ*`, which gives the
-        spec §5 risk integrand.
+        `docs/model.md#population-risk` risk integrand.
         """
         A = self.attention(chi, b)
         vm = value_moments

@@ -1,4 +1,5 @@
-"""Order parameters (spec §4) and the Gaussian law of the local fields they determine (spec §5).
+"""Order parameters (`docs/model.md#order-parameters`) and the Gaussian law of the local fields
+they determine (`docs/model.md#the-law-of-the-local-fields`).
 
 Given the student's weights, the fields `λ_ℓ = W x_ℓ/√D` of one token are *exactly* Gaussian
 with covariance the Gram matrix `Ω = W Wᵀ/D` (plus the mean `Ω_{·K*} θ` on the signal token),
@@ -14,8 +15,14 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._errors import HeadflowError
-from ._linalg import min_eigenvalue, psd_pinv_sqrt, psd_sqrt
+from ._linalg import min_eigenvalue, psd_part, psd_pinv_sqrt, psd_sqrt
 from ._model import SIGNAL, ValueMoments
+
+ORDER_PARAMETERS = ("m", "q", "n", "s", "b")
+"""The order parameters on the invariant manifold."""
+
+CROSS_OVERLAPS = ("kv", "kvs", "vks")
+"""The cross overlaps between keys and values (zero on the invariant manifold)."""
 
 
 class Overlaps(eqx.Module):
@@ -65,9 +72,25 @@ class Overlaps(eqx.Module):
         """`r = q − m mᵀ`: the key overlaps orthogonal to the teacher's key directions."""
         return self.q - self.m @ jnp.swapaxes(self.m, -1, -2)
 
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every order parameter as a numpy array, by name (the `sgd.npz`/`ode.npz` names)."""
+        return {name: np.asarray(getattr(self, name))
+                for name in ORDER_PARAMETERS + CROSS_OVERLAPS}
+
     def on_manifold(self) -> Overlaps:
         """Project onto the invariant manifold (drop the cross overlaps)."""
         return Overlaps.manifold(self.m, self.q, self.n, self.s, self.b)
+
+    def nearest_valid(self, rho: float) -> Overlaps:
+        """The nearest valid state on the manifold: the parts orthogonal to the teacher,
+        `r = q − m mᵀ` and `s − n nᵀ/ρ*`, with negative eigenvalues clipped to zero.
+
+        Long-time states sit at the edge of the PSD cone (`r → 0` at every minimum found), where
+        an integration can overshoot by round-off-sized negative eigenvalues; a new integration
+        from such a state would be refused by the initial-state check."""
+        q = self.m @ self.m.T + psd_part(self.r)
+        nn = jnp.outer(self.n, self.n) / rho
+        return Overlaps.manifold(m=self.m, q=q, n=self.n, s=nn + psd_part(self.s - nn), b=self.b)
 
     def cross_size(self) -> Float[Array, "*batch"]:
         """Largest absolute cross overlap (0 on the manifold)."""
@@ -108,7 +131,8 @@ class Overlaps(eqx.Module):
 
 
 class FieldLaw(eqx.Module):
-    """The Gaussian law of one token's fields given the overlaps, as a chain (spec §5):
+    """The Gaussian law of one token's fields given the overlaps, as a chain
+    (`docs/model.md#the-law-of-the-local-fields`):
 
     - teacher key fields `χ*_ℓ = θ δ_{ℓ1} + g*_ℓ`;
     - student key fields `χ_ℓ = m χ*_ℓ + r^{1/2} g⊥_ℓ`;
@@ -148,7 +172,7 @@ class FieldLaw(eqx.Module):
                    ) -> tuple[Float[Array, "F L"], Float[Array, "H L"]]:
         """`(χ*, χ)` from standard normals (tokens along the last axis)."""
         L = g_star.shape[-1]
-        chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)
+        chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)[None, :]
         return chi_star, _matmul(self.m, chi_star) + _matmul(self.r_half, g_perp)
 
     def value_moments(self, chi_star: Float[Array, "F L"],

@@ -1,17 +1,30 @@
-"""Population risk (spec §5), Bayes-optimal risk and the Bayes-softmax construction (spec §7)."""
+"""Population risk (`docs/model.md#population-risk`), Bayes-optimal risk and the Bayes-softmax
+construction (`docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Scalar
+from jaxtyping import Array, Float, PyTree, Scalar
 
 from ._errors import ConfigError
 from ._model import SIGNAL, Model
 from ._overlaps import FieldLaw, Overlaps
-from .expectations import AbstractExpectation, Nodes
+from .expectations import AbstractExpectation, AbstractNodes
 from .priors import AbstractDiscretePrior
+
+
+def as_nodes(rule: AbstractExpectation | AbstractNodes, dim: int) -> AbstractNodes:
+    """`rule` itself if it is a node set (of dimension `dim`), else its nodes in `dim`
+    dimensions."""
+    if isinstance(rule, AbstractNodes):
+        if rule.dim != dim:
+            raise ValueError(f"nodes of dimension {rule.dim} where {dim} are needed")
+        return rule
+    return rule.nodes(dim)
 
 
 def key_dims(model: Model) -> int:
@@ -47,19 +60,42 @@ def risk_integrand(model: Model, law: FieldLaw, b: Float[Array, " H"],
     return over_theta(model, tn, at)
 
 
-def population_risk(model: Model, ov: Overlaps, backend: AbstractExpectation,
-                    nodes: Nodes | None = None, *, manifold: bool = False
-                    ) -> tuple[Scalar, Scalar]:
+def risk_nodes(model: Model, backend: AbstractExpectation) -> AbstractNodes:
+    """The nodes [`population_risk`][] integrates over (the key fields of `model`): build them
+    once to evaluate many states on common random numbers."""
+    return backend.nodes(key_dims(model))
+
+
+def key_expectation(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes,
+                    fn: Callable[[Float[Array, "F L"], Float[Array, "H L"]], PyTree], *,
+                    manifold: bool = False) -> tuple[PyTree, PyTree]:
+    """`E fn(χ*, χ)` over θ and the key fields of a student with overlaps `ov` (teacher key
+    fields `χ* (F, L)`, student key fields `χ (H, L)`, the signal on the first token), and its
+    error estimate."""
+    nodes = as_nodes(rule, key_dims(model))
+    law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
+
+    def at_node(x):
+        tn, g_star, g_perp = split_key_normals(model, x)
+        return over_theta(model, tn, lambda th: fn(*law.key_fields(th, g_star, g_perp)))
+
+    return nodes.estimate(jax.vmap(at_node))
+
+
+def population_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes, *,
+                    manifold: bool = False) -> tuple[Scalar, Scalar]:
     """The test risk `R = E(ŷ − y)²` of a student with overlaps `ov`, and its error estimate.
 
     Exact at any D for given weights (their fields are exactly Gaussian), so the simulator's
-    recorded risk and the ODE's risk are this same function. `manifold=True` ignores the cross
-    overlaps (the ODE's fast path).
+    recorded risk and the ODE's risk are this same function.
+
+    **Arguments:** `rule`: an expectation backend, or nodes of dimension `key_dims(model)` (pass
+    the same nodes to compare risks with common random numbers); `manifold=True` ignores the
+    cross overlaps (the ODE's fast path).
     """
-    nodes = backend.nodes(key_dims(model)) if nodes is None else nodes
+    nodes = as_nodes(rule, key_dims(model))
     law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
-    f = jax.vmap(lambda x: risk_integrand(model, law, ov.b, x))
-    return backend.estimate(f, nodes)
+    return nodes.estimate(jax.vmap(lambda x: risk_integrand(model, law, ov.b, x)))
 
 
 def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
@@ -68,7 +104,7 @@ def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
     tn, g_star = x[:dt], x[dt:dt + L * F].reshape(F, L)
 
     def at(theta):
-        chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)
+        chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)[None, :]
         p = jax.nn.softmax(model.prior.log_pi(chi_star.T))
         return model.rho * (1.0 - jnp.sum(p**2)) + model.noise**2
 
@@ -76,14 +112,14 @@ def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
 
 
 def bayes_risk(model: Model, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
-    """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` (spec §7) and its error estimate. Independent of the
+    """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` and its error estimate. Independent of the
     student (only the prior, L, Δ and ρ* matter)."""
     nodes = backend.nodes(model.prior.n_normal_dims + model.L * model.F)
-    return backend.estimate(jax.vmap(lambda x: bayes_integrand(model, x)), nodes)
+    return nodes.estimate(jax.vmap(lambda x: bayes_integrand(model, x)))
 
 
 def bayes_construction(model: Model) -> tuple[Overlaps, Float[Array, "S F"]]:
-    """The Bayes-softmax construction (spec §7) for a discrete prior: one head per support point
+    """The Bayes-softmax construction for a discrete prior: one head per support point
     (points of zero weight dropped), `k_s = Σ_f θ^s_f k*_f`, `v_s = v*`,
     `b_s = log p_s − |θ^s|²/2`. With Bayes-softmax its risk is `R_Bayes`.
 

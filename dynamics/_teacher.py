@@ -1,4 +1,4 @@
-"""The teacher and the data of the single-location model (spec §1)."""
+"""The teacher and the data of the single-location model (`docs/model.md#data-the-teacher`)."""
 
 from __future__ import annotations
 

@@ -30,14 +30,15 @@ class Weights(eqx.Module):
         return (students @ everything.T / self.D).astype(jnp.float64)
 
     def overlaps(self, teacher: Teacher) -> Overlaps:
-        """The order parameters (spec §4), cross overlaps included."""
+        """The order parameters (`docs/model.md#order-parameters`), cross overlaps included."""
         return Overlaps.from_student_rows(self.gram_rows(teacher), self.b.astype(jnp.float64),
                                           teacher.kstar.shape[0])
 
 
 def init_weights(key: PRNGKeyArray, H: int, D: int, *, key_std: float, value_std: float,
                  bias: float, dtype=jnp.float32) -> Weights:
-    """`k_h ~ N(0, σ_k² I)`, `v_h ~ N(0, σ_v² I)`, `b_h = b_0` (spec §3)."""
+    """`k_h ~ N(0, σ_k² I)`, `v_h ~ N(0, σ_v² I)`, `b_h = b_0`
+    (`docs/model.md#training-online-sgd`)."""
     kk, kv = jr.split(key)
     return Weights(K=key_std * jr.normal(kk, (H, D), dtype=dtype),
                    V=value_std * jr.normal(kv, (H, D), dtype=dtype),
@@ -49,7 +50,7 @@ def weights_from_overlaps(key: PRNGKeyArray, ov: Overlaps, teacher: Teacher, rho
     """Weights at dimension D whose Gram matrix with the teacher is exactly `ov` (up to
     round-off): the teacher part is fixed by `m, n` and the cross overlaps, the rest is a random
     orthonormal complement (the direction "start the simulation from weights built to have given
-    overlaps", spec §9). Needs `D ≥ 3H + F + 1`."""
+    overlaps", `docs/ode.md#theory-versus-simulation`). Needs `D ≥ 3H + F + 1`."""
     from ._linalg import psd_sqrt
 
     H, _F, D = ov.H, ov.F, teacher.D
@@ -71,7 +72,7 @@ def weights_from_overlaps(key: PRNGKeyArray, ov: Overlaps, teacher: Teacher, rho
 
 def construction_weights(teacher: Teacher, points, biases, dtype=jnp.float32) -> Weights:
     """Heads `k_s = Σ_f θ^s_f k*_f`, `v_s = v*`, `b_s` given (the Bayes-softmax construction of
-    spec §7 at finite D)."""
+    `docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction` at finite D)."""
     P = jnp.asarray(points, dtype=jnp.float64)
     K = (P @ teacher.kstar.astype(jnp.float64)).astype(dtype)
     V = jnp.broadcast_to(teacher.vstar, K.shape).astype(dtype)

@@ -1,4 +1,4 @@
-"""The TOML configuration of every experiment (see the interface spec).
+"""The TOML configuration of every experiment (the keys are documented in the README).
 
 Every key has a default; unknown keys, wrong types and out-of-range values raise a
 [`ConfigError`][] naming the key. `--set section.key=value` overrides parse `value` as TOML (bare
@@ -12,19 +12,19 @@ import hashlib
 import math
 import tomllib
 import typing
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 import tomli_w
 
-from ._errors import ConfigError
+from ._errors import ConfigError, check_memory
 from ._model import Model
-from .activations import activation_names, get_activation
-from .priors import AbstractPrior, Discrete, FlippedSpike, Gaussian, OneHot
-
-_SPIKES = ("flipped_spike", "one_hot")
-PRIOR_KINDS = ("flipped_spike", "one_hot", "discrete", "gaussian")
+from .activations import activation_class, get_activation
+from .expectations import MIN_SAMPLES
+from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,87 +41,76 @@ class ModelSection:
         _at_least("model.L", self.L, 1)
         _at_least("model.H", self.H, 1)
         _at_least("model.F", self.F, 1)
-        if self.activation not in activation_names():
-            get_activation(self.activation)  # raises with the list of choices
+        activation_class(self.activation)  # raises with the list of choices
         _at_least("model.noise", self.noise, 0.0)
         _positive("model.rho", self.rho)
 
 
 @dataclasses.dataclass(frozen=True)
 class PriorSection:
-    kind: str = "flipped_spike"
-    amplitude: float | None = None  # √ν for spikes (default 3); a factor for discrete/gaussian (default 1)
-    p: float | None = None          # flipped_spike: probability of + (default 0.7)
-    direction: list | None = None   # flipped_spike: unit vector u (default e_1)
-    points: list | None = None      # discrete: support points (S lists of F numbers)
-    weights: list | None = None     # discrete / one_hot: probabilities
-    mean: list | None = None        # gaussian (default 0)
-    var: list | None = None         # gaussian (default 1)
+    """`[prior]`: `kind` (a registered prior) and that prior's own keys (`values`), as the user
+    gave them. [`resolved`][] fills the defaults of the prior's schema and validates; read a key
+    as an attribute (`cfg.prior.amplitude`)."""
 
-    _USED = {"flipped_spike": {"amplitude", "p", "direction"},
-             "one_hot": {"amplitude", "weights"},
-             "discrete": {"amplitude", "points", "weights"},
-             "gaussian": {"amplitude", "mean", "var"}}
+    kind: str = "flipped_spike"
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    explicit: frozenset[str] | None = dataclasses.field(default=None, compare=False)
+    """The keys the user set (None: all of `values`)."""
+
+    def __getattr__(self, name: str) -> Any:
+        values = self.__dict__.get("values", {})
+        if name in values:
+            return values[name]
+        raise AttributeError(f"prior.{name}: not a key of prior.kind = "
+                             f"{self.__dict__.get('kind')!r}")
 
     def resolved(self, F: int) -> PriorSection:
-        if self.kind not in PRIOR_KINDS:
-            raise ConfigError(f"prior.kind = {self.kind!r}: choose one of "
-                              f"{', '.join(map(repr, PRIOR_KINDS))}")
-        used = self._USED[self.kind]
-        for f in dataclasses.fields(self):
-            if f.name not in used | {"kind"} and getattr(self, f.name) is not None:
-                raise ConfigError(f"prior.{f.name} is not used by prior.kind = {self.kind!r} "
-                                  f"(it uses {', '.join(sorted(used))})")
-        fill: dict[str, Any] = {}
-        if self.amplitude is None:
-            fill["amplitude"] = 3.0 if self.kind in _SPIKES else 1.0
-        if self.kind == "flipped_spike":
-            if self.p is None:
-                fill["p"] = 0.7
-            if self.direction is None:
-                fill["direction"] = [1.0] + [0.0] * (F - 1)
-        if self.kind == "gaussian":
-            if self.mean is None:
-                fill["mean"] = [0.0] * F
-            if self.var is None:
-                fill["var"] = [1.0] * F
-        if self.kind == "discrete" and self.points is None:
-            raise ConfigError("prior.points is required for prior.kind = 'discrete' "
-                              "(a list of S points, each a list of F numbers)")
-        out = dataclasses.replace(self, **fill)
-        out._validate(F)
-        return out
+        """Defaults filled in and every key checked against the prior's schema."""
+        cls = prior_class(self.kind)
+        known = {p.name: p for p in cls.params}
+        for key in self.values:
+            if key not in known:
+                raise ConfigError(f"prior.{key} is not used by prior.kind = {self.kind!r} "
+                                  f"(it uses {', '.join(sorted(known))})")
+        out: dict[str, Any] = {}
+        for name, param in known.items():
+            if name in self.values:
+                value = _coerce(f"prior.{name}", self.values[name], param.kind | None)
+            else:
+                value = param.default_for(F)
+                if value is REQUIRED:
+                    raise ConfigError(f"prior.{name} is required for prior.kind = "
+                                      f"{self.kind!r} ({param.help})")
+            if value is not None and param.check is not None:
+                problem = param.check(value, F)
+                if problem:
+                    raise ConfigError(f"prior.{name} = {value!r}: {problem}" if not isinstance(
+                        value, list) else f"prior.{name}: {problem}")
+            out[name] = value
+        explicit = frozenset(self.values) if self.explicit is None else self.explicit
+        return PriorSection(kind=self.kind, values=MappingProxyType(out), explicit=explicit)
 
-    def _validate(self, F: int) -> None:
-        amp = self.amplitude
-        if not isinstance(amp, (int, float)) or not math.isfinite(amp) or amp < 0:
-            raise ConfigError(f"prior.amplitude = {amp!r}: must be a finite number >= 0")
-        if self.kind == "flipped_spike":
-            _vector("prior.direction", self.direction, F)
-        if self.kind == "discrete":
-            pts = np.asarray(self.points, dtype=object)
-            try:
-                pts = np.asarray(self.points, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ConfigError("prior.points: must be a list of points, each a list of "
-                                  f"F = {F} numbers") from None
-            if pts.ndim != 2 or pts.shape[1] != F:
-                raise ConfigError(f"prior.points: each point must have F = {F} coordinates "
-                                  f"(got shape {list(pts.shape)})")
-        if self.kind == "gaussian":
-            _vector("prior.mean", self.mean, F)
-            _vector("prior.var", self.var, F)
+    def with_kind(self, kind: str) -> PriorSection:
+        """The section for another prior kind: the keys the user set that the new kind also
+        uses are kept, the others dropped (their defaults come from the new kind)."""
+        if kind == self.kind:
+            return self
+        used = {p.name for p in prior_class(kind).params}
+        explicit = set(self.values) if self.explicit is None else set(self.explicit)
+        keep = {k: v for k, v in self.values.items() if k in explicit & used}
+        return PriorSection(kind=kind, values=keep, explicit=frozenset(keep))
 
     def build(self, F: int) -> AbstractPrior:
-        """The prior object (validated; `amplitude` applied)."""
+        """The prior object (validated; `amplitude` applied). Errors of the prior's own checks
+        come back naming the `prior.` key."""
         r = self.resolved(F)
-        if r.kind == "flipped_spike":
-            return FlippedSpike(r.amplitude, r.p, r.direction)
-        if r.kind == "one_hot":
-            return OneHot(r.amplitude, F, r.weights)
-        if r.kind == "discrete":
-            return Discrete(r.points, r.weights).scaled(r.amplitude)
-        return Gaussian(r.mean, r.var).scaled(r.amplitude)
+        try:
+            return prior_class(r.kind).from_params(F, r.values)
+        except ValueError as err:
+            raise ConfigError(f"prior.{err}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **{k: v for k, v in self.values.items() if v is not None}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +152,7 @@ class ODESection:
 
     def validate(self) -> None:
         _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature"))
-        _at_least("ode.samples", self.samples, 1)
+        _at_least("ode.samples", self.samples, MIN_SAMPLES)
         _positive("ode.rtol", self.rtol)
         _positive("ode.atol", self.atol)
         _choice("ode.form", self.form, ("manifold", "full"))
@@ -188,7 +177,7 @@ class SimSection:
         _at_least("sim.seeds", self.seeds, 1)
         _at_least("sim.seed", self.seed, 0)
         _choice("sim.dtype", self.dtype, ("float32", "float64"))
-        _at_least("sim.risk_samples", self.risk_samples, 2)
+        _at_least("sim.risk_samples", self.risk_samples, MIN_SAMPLES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,23 +220,55 @@ class Config:
                               "(the teacher needs F + 1 orthogonal directions)")
         if self.output.t_min is not None and self.output.t_min >= self.training.t_max:
             raise ConfigError(f"output.t_min = {self.output.t_min}: must be < training.t_max")
+        self._check_memory()
+
+    def _check_memory(self) -> None:
+        """Refuse sizes whose arrays cannot fit in memory, before anything is computed."""
+        m, normal = self.model, int(self.build_prior().n_normal_dims)
+        key_dims = normal + m.L * (m.F + m.H)
+        dims = key_dims + (m.L * (m.H + 1) + 1 if self.ode.form == "full" else 0)
+        check_memory(f"ode.samples = {self.ode.samples} (nodes of dimension {dims})",
+                     8.0 * self.ode.samples * dims)
+        check_memory(f"sim.risk_samples = {self.sim.risk_samples}",
+                     8.0 * self.sim.risk_samples * key_dims)
+        rows = 2 * m.H + m.F + 1 + m.L * self.training.batch
+        check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
+                     8.0 * self.sim.dim * self.sim.seeds * rows)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        sections = {}
+        sections: dict[str, Any] = {}
         for name, body in data.items():
             if name not in _SECTIONS:
                 raise ConfigError(f"unknown config section [{name}]; known sections: "
                                   f"{', '.join(_SECTIONS)}")
             if not isinstance(body, dict):
                 raise ConfigError(f"[{name}] must be a table of keys")
-            sections[name] = _make_section(name, _SECTIONS[name], body)
+            sections[name] = (_make_prior(body) if name == "prior"
+                              else _make_section(name, _SECTIONS[name], body))
         return cls(**sections)
 
+    @classmethod
+    def from_toml(cls, text: str, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+        """From TOML text, with `--set` overrides (`"section.key=value"`)."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"invalid TOML ({err})") from None
+        return _with_overrides(data, overrides)
+
     def replace(self, **overrides: Any) -> Config:
-        """A copy with `section.key` overrides, e.g. `cfg.replace(**{"model.H": 3})`."""
+        """A copy with `section.key` overrides, e.g. `cfg.replace(**{"model.H": 3})`.
+
+        A new `prior.kind` keeps the prior keys that were set explicitly and that the new kind
+        also uses, and drops the others (see [`PriorSection.with_kind`][])."""
         data = self.to_dict()
+        if "prior.kind" in overrides:
+            kind = _coerce("prior.kind", overrides["prior.kind"], str)
+            sec = self.prior.with_kind(kind)
+            data["prior"] = {"kind": kind, **{k: v for k, v in sec.values.items()
+                                              if v is not None}}
         for dotted, value in overrides.items():
             _assign(data, dotted, value)
         return Config.from_dict(data)
@@ -256,6 +277,9 @@ class Config:
         out = {}
         for name in _SECTIONS:
             sec = getattr(self, name)
+            if name == "prior":
+                out[name] = sec.to_dict()
+                continue
             out[name] = {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
                          if getattr(sec, f.name) is not None}
         return out
@@ -284,6 +308,27 @@ class Config:
             return np.linspace(0.0, t_max, o.n_save)
         t_min = o.t_min if o.t_min is not None else t_max / 1000.0
         return np.concatenate([[0.0], np.geomspace(t_min, t_max, o.n_save - 1)])
+
+
+def _make_prior(body: dict[str, Any]) -> PriorSection:
+    """`[prior]` from a TOML table: `kind` plus the keys of that prior (checked against every
+    registered prior's schema, so a key of another kind gets a precise message)."""
+    kind = _coerce("prior.kind", body.get("kind", PriorSection.kind), str)
+    cls = prior_class(kind)
+    used = {p.name for p in cls.params}
+    every = {p.name for c in map(prior_class, prior_kinds()) for p in c.params}
+    values = {}
+    for key, value in body.items():
+        if key == "kind":
+            continue
+        if key not in used:
+            if key in every:
+                raise ConfigError(f"prior.{key} is not used by prior.kind = {kind!r} "
+                                  f"(it uses {', '.join(sorted(used))})")
+            raise ConfigError(f"unknown config key prior.{key}; known keys in [prior]: "
+                              f"{', '.join(['kind', *sorted(every)])}")
+        values[key] = value
+    return PriorSection(kind=kind, values=values)
 
 
 def _make_section(name: str, cls: type, body: dict[str, Any]):
@@ -391,6 +436,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config file {p} is a directory") from None
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"config file {p}: invalid TOML ({err})") from None
+    return _with_overrides(data, overrides)
+
+
+def _with_overrides(data: dict[str, Any], overrides) -> Config:
     for item in overrides:
         dotted, eq, text = item.partition("=")
         if not eq:

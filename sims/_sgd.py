@@ -1,29 +1,13 @@
-"""Online SGD of the single-location model at finite D (spec §3)."""
+"""Online SGD of the single-location model at finite D (`docs/model.md#training-online-sgd`)."""
 
 from __future__ import annotations
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dynamics import Model, Teacher, Weights, sample_data
-
-
-class SGDHyper(eqx.Module):
-    """Step sizes of online SGD: `η` on keys and values, `η_b/D` on biases, weight decay `λ`
-    (each step multiplies k and v by `1 − ηλ/D`), mini-batch size `B` (loss averaged)."""
-
-    lr: float
-    lr_bias: float
-    weight_decay: float = 0.0
-    batch: int = eqx.field(static=True, default=1)
-
-    @classmethod
-    def from_config(cls, training) -> SGDHyper:
-        return cls(lr=training.lr, lr_bias=training.lr_bias,
-                   weight_decay=training.weight_decay, batch=training.batch)
+from dynamics import Model, StepSizes, Teacher, Weights, sample_data
 
 
 def field_gradients(model: Model, w: Weights, X: Float[Array, "B L D"], y: Float[Array, " B"]):
@@ -40,7 +24,7 @@ def field_gradients(model: Model, w: Weights, X: Float[Array, "B L D"], y: Float
     return jax.grad(batch_loss, argnums=(0, 1, 2))(chi, z, w.b)
 
 
-def sgd_step(model: Model, hp: SGDHyper, teacher: Teacher, w: Weights,
+def sgd_step(model: Model, hp: StepSizes, teacher: Teacher, w: Weights,
              key: PRNGKeyArray) -> Weights:
     """One online SGD step on a fresh batch: `k_h ← (1 − ηλ/D) k_h − η ∂ℓ/∂k_h` (same for
     `v_h` unless values are frozen), `b_h ← b_h − (η_b/D) ∂ℓ/∂b_h`."""
@@ -58,7 +42,7 @@ def sgd_step(model: Model, hp: SGDHyper, teacher: Teacher, w: Weights,
     return Weights(K=K.astype(w.K.dtype), V=V.astype(w.V.dtype), b=b.astype(w.b.dtype))
 
 
-def advance(model: Model, hp: SGDHyper, teacher: Teacher, w: Weights, key: PRNGKeyArray,
+def advance(model: Model, hp: StepSizes, teacher: Teacher, w: Weights, key: PRNGKeyArray,
             start: Array, n_steps: Array) -> Weights:
     """Steps `start, …, start + n_steps − 1`; step `k` uses `fold_in(key, k)`, so results do not
     depend on how the run is cut into segments."""

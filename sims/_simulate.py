@@ -13,12 +13,13 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import (Config, DivergenceError, Model, Overlaps, Teacher, Weights, init_weights,
-                      make_teacher, population_risk)
-from dynamics._sharding import shard_leading
+from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher, Weights,
+                      check_stop, init_weights, make_teacher, population_risk, require_x64,
+                      risk_nodes)
 from dynamics.expectations import MonteCarlo
+from dynamics.sharding import shard_leading
 
-from ._sgd import SGDHyper, advance
+from ._sgd import advance
 
 
 class SGDResult(eqx.Module):
@@ -39,12 +40,21 @@ class SGDResult(eqx.Module):
     dim: int = eqx.field(static=True)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The `sgd.npz` arrays of the interface spec."""
-        ov = self.overlaps
-        out = {"t": self.t, "steps": self.steps, "risk": self.risk, "risk_err": self.risk_err,
-               "m": ov.m, "q": ov.q, "n": ov.n, "s": ov.s, "b": ov.b, "kv": ov.kv,
-               "kvs": ov.kvs, "vks": ov.vks, "seeds": np.asarray(self.seeds)}
-        return {k: np.asarray(v) for k, v in out.items()}
+        """The `sgd.npz` arrays (see the README)."""
+        return {"t": np.asarray(self.t), "steps": np.asarray(self.steps),
+                "risk": np.asarray(self.risk), "risk_err": np.asarray(self.risk_err),
+                **self.overlaps.arrays(), "seeds": np.asarray(self.seeds)}
+
+
+class Simulation(eqx.Module):
+    """What [`simulate`][] recorded: the save times `t (T)` (in `steps/D`) and their `steps`,
+    the overlaps (leaves `(S, T, ...)`), and the teachers and final weights of every seed."""
+
+    t: Float[Array, " T"]
+    steps: Int[Array, " T"]
+    overlaps: Overlaps
+    teachers: Teacher
+    weights: Weights
 
 
 def seed_keys(seed: int):
@@ -52,14 +62,14 @@ def seed_keys(seed: int):
     return jr.split(jr.key(seed), 3)
 
 
-def save_steps_for(times: np.ndarray, D: int) -> np.ndarray:
-    """Steps `round(t·D)` of the save times (non-decreasing)."""
+def save_steps(times, D: int) -> np.ndarray:
+    """Steps `round(t·D)` of the save times `t` (made non-decreasing)."""
     steps = np.rint(np.asarray(times, dtype=np.float64) * D).astype(np.int64)
     return np.maximum.accumulate(steps)
 
 
 @eqx.filter_jit
-def _segment(model: Model, hp: SGDHyper, teachers: Teacher, w: Weights, keys, starts, counts):
+def _segment(model: Model, hp: StepSizes, teachers: Teacher, w: Weights, keys, starts, counts):
     def one_seed(teacher, w, key):
         def body(w, sc):
             w = advance(model, hp, teacher, w, key, sc[0], sc[1])
@@ -70,30 +80,31 @@ def _segment(model: Model, hp: SGDHyper, teachers: Teacher, w: Weights, keys, st
     return jax.vmap(one_seed)(teachers, w, keys)
 
 
-def simulate(model: Model, hp: SGDHyper, *, dim: int, seeds, save_steps,
+def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
              init: Weights | Callable[..., Weights] | None = None,
              init_std: tuple[float, float, float] = (0.1, 0.1, 0.0),
-             dtype=jnp.float32, progress: bool = False, segments: int = 20
-             ) -> tuple[Overlaps, Teacher, Weights]:
-    """Run online SGD for every seed and record the overlaps at `save_steps`.
+             dtype=jnp.float32, progress: bool = False, segments: int = 20) -> Simulation:
+    """Run online SGD for every seed and record the overlaps at the save times.
 
     **Arguments:**
 
     - `model`, `hp`: the model and the SGD step sizes.
     - `dim`: D. `seeds`: a list of ints (one independent run each: teacher, init, data).
-    - `save_steps`: non-decreasing step counts at which to record (step 0 = the initial state).
+    - `times`: save times in `t = steps/D` (recorded after `round(t·D)` steps; 0 = the
+      initial state).
     - `init`: `None` (random init with `init_std = (σ_k, σ_v, b_0)`), weights with a leading
       seed axis, or a callable `init(key, teacher) -> Weights` (e.g. weights built to have given
       overlaps, [`dynamics.weights_from_overlaps`][]).
     - `dtype`: float32 (default) or float64.
     - `progress`: a progress bar on stderr.
 
-    **Returns:** `(overlaps (S, T, ...), teachers, final weights)`.
+    **Returns:** a [`Simulation`][].
 
     **Raises:** [`dynamics.DivergenceError`][] when the overlaps become NaN/inf.
     """
+    require_x64("the SGD simulator (its overlaps)")
     seeds = [int(s) for s in seeds]
-    save_steps = np.asarray(save_steps, dtype=np.int64)
+    steps_at = save_steps(times, dim)
     ks = jnp.stack([seed_keys(s) for s in seeds])           # (S, 3)
     teachers = jax.vmap(lambda k: make_teacher(k, dim, model.F, model.rho, dtype))(ks[:, 0])
     if init is None:
@@ -109,24 +120,25 @@ def simulate(model: Model, hp: SGDHyper, *, dim: int, seeds, save_steps,
         w = eqx.tree_at(lambda w: w.V, w, jnp.broadcast_to(teachers.vstar[:, None, :], w.V.shape))
     teachers, w, data_keys = shard_leading((teachers, w, ks[:, 2]))
 
-    T = len(save_steps)
-    counts = np.diff(save_steps, prepend=0)
-    starts = save_steps - counts
+    T = len(steps_at)
+    counts = np.diff(steps_at, prepend=0)
+    starts = steps_at - counts
     n_seg = max(1, min(segments, T))
     seg = math.ceil(T / n_seg)
     pad = n_seg * seg - T
-    starts = np.concatenate([starts, np.full(pad, save_steps[-1])]).reshape(n_seg, seg)
+    starts = np.concatenate([starts, np.full(pad, steps_at[-1])]).reshape(n_seg, seg)
     counts = np.concatenate([counts, np.zeros(pad, np.int64)]).reshape(n_seg, seg)
 
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=int(save_steps[-1]), unit="step", desc=f"SGD D={dim} x{len(seeds)}",
+        bar = tqdm(total=int(steps_at[-1]), unit="step", desc=f"SGD D={dim} x{len(seeds)}",
                    file=sys.stderr, leave=False)
     rows, biases = [], []
     try:
         for i in range(n_seg):
+            check_stop()
             w, (r, b) = _segment(model, hp, teachers, w, data_keys, jnp.asarray(starts[i]),
                                  jnp.asarray(counts[i]))
             rows.append(r)
@@ -136,33 +148,32 @@ def simulate(model: Model, hp: SGDHyper, *, dim: int, seeds, save_steps,
                 idx = int(np.argmax(np.asarray(bad)))
                 raise DivergenceError(
                     f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf before "
-                    f"t = {float(save_steps[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
+                    f"t = {float(steps_at[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
                     f"training.lr (now {float(hp.lr):g})")
             if bar is not None:
                 bar.update(int(counts[i].sum()))
     finally:
         if bar is not None:
             bar.close()
-    rows = jnp.concatenate(rows, axis=1)[:, :T]
-    biases = jnp.concatenate(biases, axis=1)[:, :T]
-    ov = jax.vmap(jax.vmap(lambda r, b: Overlaps.from_student_rows(r, b, model.F)))(rows, biases)
-    return ov, teachers, w
+    all_rows = jnp.concatenate(rows, axis=1)[:, :T]
+    all_biases = jnp.concatenate(biases, axis=1)[:, :T]
+    ov = jax.vmap(jax.vmap(lambda r, b: Overlaps.from_student_rows(r, b, model.F)))(
+        all_rows, all_biases)
+    return Simulation(t=jnp.asarray(steps_at / dim), steps=jnp.asarray(steps_at), overlaps=ov,
+                      teachers=teachers, weights=w)
 
 
 def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int = 0,
                   batch_size: int = 8) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
     """Population risk and its Monte Carlo error for overlaps with any leading batch axes
     (fixed nodes for all of them: common random numbers)."""
-    backend = MonteCarlo(samples=samples, seed=seed)
-    from dynamics import key_dims
-
-    nodes = backend.nodes(key_dims(model))
+    nodes = risk_nodes(model, MonteCarlo(samples=samples, seed=seed))
     batch_shape = ov.b.shape[:-1]
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch_shape):]), ov)
 
     @jax.jit
     def run(flat, nodes):
-        return jax.lax.map(lambda o: population_risk(model, o, backend, nodes), flat,
+        return jax.lax.map(lambda o: population_risk(model, o, nodes), flat,
                            batch_size=batch_size)
 
     risk, err = run(flat, nodes)
@@ -179,12 +190,11 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     n = cfg.sim.seeds if seeds is None else int(seeds)
     seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
     times = cfg.save_times() if times is None else np.asarray(times)
-    steps = save_steps_for(times, D)
     tr = cfg.training
-    ov, _, _ = simulate(model, SGDHyper.from_config(tr), dim=D, seeds=seed_list,
-                        save_steps=steps, init=init,
-                        init_std=(tr.init_key_std, tr.init_value_std, tr.init_bias),
-                        dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
-    risk, err = recorded_risk(model, ov, samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
-    return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=ov, risk=risk,
+    sim = simulate(model, StepSizes.from_config(tr), dim=D, seeds=seed_list, times=times,
+                   init=init, init_std=(tr.init_key_std, tr.init_value_std, tr.init_bias),
+                   dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
+    risk, err = recorded_risk(model, sim.overlaps, samples=cfg.sim.risk_samples,
+                              seed=cfg.ode.seed)
+    return SGDResult(t=sim.t, steps=sim.steps, overlaps=sim.overlaps, risk=risk,
                      risk_err=err, seeds=tuple(seed_list), dim=D)

@@ -12,10 +12,10 @@ import jax.random as jr
 import numpy as np
 
 from dynamics import Model, Teacher, Weights, make_teacher, sample_data
-from dynamics.activations import get_activation
+from dynamics.activations import activation_names, get_activation
 from dynamics.priors import AbstractPrior, Discrete, FlippedSpike, Gaussian
 
-ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
+ACTIVATIONS = activation_names()
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
 
 

@@ -1,12 +1,13 @@
-"""Test-session setup: runtime shape checking of our packages, float64, warnings as errors.
+"""Test-session setup: float64, strict rank promotion, warnings as errors, compile settings.
 
-- jaxtyping's import hook (with beartype) checks every `Float[Array, "..."]` annotation in
-  `dynamics` and `sims` at call time. It must be installed before those packages are imported,
-  so it runs at the top of this file (pytest imports it before any test module). If something
-  imported `dynamics` earlier (another plugin, `python -c "import dynamics; pytest.main()"`), the
-  hook cannot act and we carry on without it. `HEADFLOW_TYPECHECK=0` switches it off.
-- Importing `dynamics` enables float64 in JAX (`jax_enable_x64`); tests use float64 wherever
-  accuracy matters and ask for float32 explicitly where the simulator's default is meant.
+- jaxtyping checks every `Float[Array, "..."]` annotation of `dynamics`, `sims` and
+  `validation.gpt2` at call time: `pyproject.toml` passes `--jaxtyping-packages` to pytest, whose
+  jaxtyping plugin installs the import hook before any test imports them.
+- JAX's float64 is switched on here (the library never does it behind the host program's back;
+  the `headflow` command line does it at start). Tests use float64 wherever accuracy matters and
+  ask for float32 explicitly where the simulator's default is meant.
+- `jax_numpy_rank_promotion = "raise"`: an implicit broadcast between arrays of different ranks
+  is an error, so shape bugs cannot hide behind broadcasting.
 - Warnings raised from our own packages are errors (third-party deprecation noise is not).
 - The modules listed in `_FAST_COMPILE` run with `jax_disable_most_optimizations` (XLA's LLVM
   at -O0): they are dominated by compiling many small programs, not by running them, and this
@@ -17,27 +18,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
+import jax
 import pytest
 
-_OURS = ("dynamics", "sims")
-TYPECHECKED = False
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_numpy_rank_promotion", "raise")
 
-if os.environ.get("HEADFLOW_TYPECHECK", "1") != "0" and not any(
-        name == pkg or name.startswith(pkg + ".") for name in sys.modules for pkg in _OURS):
-    try:
-        import jaxtyping
-    except ImportError:  # pragma: no cover - jaxtyping is a hard dependency
-        pass
-    else:
-        # PEP 484's numeric tower: an int is a valid `float` (as for static type checkers)
-        jaxtyping.install_import_hook(
-            list(_OURS), "beartype.beartype(conf=beartype.BeartypeConf(is_pep484_tower=True))")
-        TYPECHECKED = True
-
-import dynamics  # noqa: E402,F401  (enables float64)
 from _util import xla_optimizations  # noqa: E402
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
@@ -60,4 +46,5 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"headflow: jaxtyping runtime shape checks {'on' if TYPECHECKED else 'off'}"
+    packages = config.getoption("jaxtyping_packages", default=None)
+    return f"headflow: jaxtyping runtime shape checks on {packages or 'nothing'}"

@@ -1,4 +1,5 @@
-"""Activations (spec §2, §6): normalizations, invariances, stability at extreme logits, and
+"""Activations (`docs/model.md#the-student-attention-heads`, `docs/ode.md#derivation-of-the-odes`):
+normalizations, invariances, stability at extreme logits, and
 Jacobians against their closed forms."""
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _ref(name, chi, b):
 
 
 def _jacobians_closed_form(name, A):
-    """`∂A_{h'ℓ'}/∂χ_{hℓ}` and `∂A_{h'ℓ'}/∂b_h` (spec §6), indexed `[h', ℓ', h, ℓ]`, `[h', ℓ', h]`."""
+    """`∂A_{h'ℓ'}/∂χ_{hℓ}` and `∂A_{h'ℓ'}/∂b_h` (`docs/ode.md#derivation-of-the-odes`), indexed
+    `[h', ℓ', h, ℓ]`, `[h', ℓ', h]`."""
     A = np.asarray(A)
     H, L = A.shape
     dH, dL = np.eye(H), np.eye(L)

@@ -1,5 +1,5 @@
 """`headflow activations` (issue 7): gradient flow unless the config explicitly asks for SGD
-noise, the JSON keys of the interface spec, the numbers equal to the library's, bad inputs."""
+noise, the JSON keys documented in the README, the numbers equal to the library's, bad inputs."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 
 from dynamics import load_config
 from dynamics.expectations import get_expectation
-from validation.activations import long_time, mode_config, power_law_slope, with_lr
+from validation.experiments.activations import long_time, mode_config, power_law_slope, with_lr
 from validation.cli import main
-from validation.commands.activations import explicit_sgd_noise
+from validation.commands._common import explicit_sgd_noise
 
 TINY = """\
 [model]
@@ -157,20 +157,19 @@ def test_project_psd():
     import jax.numpy as jnp
 
     from dynamics import Overlaps
-    from validation.activations import project_psd
 
     m = jnp.array([[3.0], [-3.0]])
     n = jnp.array([1.0, 1.0])
     good = Overlaps.manifold(m=m, q=m @ m.T + 0.1 * jnp.eye(2), n=n,
                              s=jnp.outer(n, n) + 0.2 * jnp.eye(2), b=jnp.zeros(2))
-    p = project_psd(good, 1.0)
+    p = good.nearest_valid(1.0)
     np.testing.assert_allclose(np.asarray(p.q), np.asarray(good.q), atol=1e-12)
     np.testing.assert_allclose(np.asarray(p.s), np.asarray(good.s), atol=1e-12)
     bad = Overlaps.manifold(m=m, q=m @ m.T - 1e-5 * jnp.eye(2), n=n,
                             s=jnp.outer(n, n) - 2e-5 * jnp.eye(2), b=jnp.zeros(2))
     with pytest.raises(Exception, match="not a valid Gram matrix"):
         bad.check_psd(1.0)
-    p = project_psd(bad, 1.0)
+    p = bad.nearest_valid(1.0)
     p.check_psd(1.0)
     assert float(jnp.max(jnp.abs(p.q - bad.q))) <= 1.01e-5
     assert float(jnp.max(jnp.abs(p.s - bad.s))) <= 2.01e-5

@@ -1,7 +1,9 @@
-"""Bayes-optimal risk and the Bayes-softmax construction (spec §7)."""
+"""Bayes-optimal risk and the Bayes-softmax construction
+(`docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`)."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -68,7 +70,7 @@ def test_construction_predicts_posterior_mean():
     lam, _ = sampled_fields(jr.key(6), teacher, model, W, 2000, chunk=2000)
     chi, z = np.swapaxes(lam[..., :3], 1, 2), np.swapaxes(lam[..., 3:6], 1, 2)
     chi_star, ystar = lam[..., 6:7], lam[..., 7]
-    yhat = np.asarray(jnp.vectorize(model.predict, signature="(h,l),(h,l),(h)->()")(
+    yhat = np.asarray(jax.vmap(model.predict, in_axes=(0, 0, None))(
         jnp.asarray(chi), jnp.asarray(z), w.b))
     logp = np.asarray(model.prior.log_pi(jnp.asarray(chi_star)))           # (n, L)
     p = np.exp(logp - logp.max(1, keepdims=True))

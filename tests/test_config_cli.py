@@ -1,4 +1,4 @@
-"""Configuration validation and the command line (interface spec): every bad input is one line
+"""Configuration validation and the command line (README): every bad input is one line
 on stderr, exit status 2 and no result files; good runs write the documented files."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 
 from validation.cli import main
-from validation.escape import (LinearTheory, calibrate_offset, escape_study, fit_slope,
+from validation.experiments.escape import (LinearTheory, calibrate_offset, escape_study, fit_slope,
                                predicted_slope)
 
 DIMS = [250, 500, 1000, 2000]
@@ -149,7 +149,8 @@ def test_escape_command_small(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sgd_escape_slope_agrees_with_linear_stability():
-    """The spec §8.3 claim, measured: the SGD escape time grows like `ln D` with the slope the
+    """The `docs/phases.md#the-papers-claims` claim, measured: the SGD escape time grows like `ln
+    D` with the slope the
     tangent-linear equation along the symmetric trajectory predicts (inside the 95% interval of
     the measured slope), and the slope is positive and well resolved."""
     import tomllib

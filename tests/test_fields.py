@@ -1,5 +1,7 @@
-"""Local fields and the population risk (spec §5): sampled local fields have the means and
-covariances of spec §5 (within error bars), the `FieldLaw` chain reproduces the Gram matrix,
+"""Local fields and the population risk (`docs/model.md#population-risk`): sampled local fields
+have the means and
+covariances of `docs/model.md#population-risk` (within error bars), the `FieldLaw` chain reproduces
+the Gram matrix,
 and `population_risk` is the risk of real finite-D sequences."""
 
 from __future__ import annotations
@@ -206,7 +208,7 @@ def test_field_law_monte_carlo(case):
 def test_overlaps_roundtrip_through_weights():
     """`weights_from_overlaps` realizes each case at finite D (the Gram matrix of the built
     weights is the given one), which is the premise of the tests above."""
-    for name, ov, rho, prior in CASES:
+    for name, ov, rho, _ in CASES:
         from dynamics import make_teacher
         teacher = make_teacher(jr.key(0), 40, ov.F, rho, dtype=jnp.float64)
         w = weights_from_overlaps(jr.key(1), ov, teacher, rho, dtype=jnp.float64)

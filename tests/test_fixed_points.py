@@ -11,13 +11,19 @@ import pytest
 import dynamics as d
 from dynamics.activations import get_activation
 from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
-from dynamics.fixed_points import find_fixed_point, stationarity
-from dynamics.ode import Hyper, ManifoldField, random_start
+from dynamics.analysis import (Chunks, NewtonPolish, StationarityTest, find_fixed_point,
+                               stationarity)
+from dynamics.fields import ManifoldField
+from dynamics.ode import Integrator, random_start
 from dynamics.priors import Discrete, FlippedSpike
 
 from _util import Z, make_model
 
-GRADIENT_FLOW = Hyper(lr=1.0, lr_bias=1.0, sgd_noise=False)
+STEPS = d.StepSizes(lr=1.0, lr_bias=1.0)
+
+
+def _gradient_flow(model, backend):
+    return ManifoldField.build(model, STEPS, backend, sgd_noise=False)
 
 
 def _leaves(ov):
@@ -33,24 +39,25 @@ def test_integration_reaches_a_stationary_state(activation, H, amplitude, polish
     verification chunk of plain integration ended at."""
     model = make_model(activation, L=3, H=H, prior=FlippedSpike(amplitude, 0.7, [1.0]))
     backend = QuasiMonteCarlo(samples=1024, seed=0)
-    field = ManifoldField.build(model, GRADIENT_FLOW, backend)
+    field = _gradient_flow(model, backend)
     ov0 = random_start(model, jax.random.key(0), 1000, key_std=0.1, value_std=0.1,
                        bias=0.0).on_manifold()
     z, atol = 0.5, 1e-7
-    fp = find_fixed_point(field, ov0, backend, t_max=1600.0, t_first=25.0, z=z,
-                          stationary_atol=atol, rtol=1e-5, atol=1e-7, polish=polish,
-                          polish_after=50.0)
+    test = StationarityTest(z=z, atol=atol)
+    fp = find_fixed_point(field, ov0, Chunks(t_max=1600.0, t_first=25.0),
+                          Integrator.adaptive(rtol=1e-5, atol=1e-7), test=test,
+                          polish=NewtonPolish(after=50.0) if polish else None)
     assert fp.stationary, fp.check.summary()
     assert fp.t < 1600.0
     assert bool(fp.polished_at) == polish
     if fp.polished_at:  # the verification chunk after the last polish was integrated
         assert fp.t > fp.polished_at[-1]
-    rhs, err = field.with_error(fp.overlaps, backend)
+    rhs, err = field.with_error(fp.overlaps)
     f, e = np.abs(_leaves(rhs)), np.abs(_leaves(err))
     assert np.all(f <= z * e + atol)
     assert fp.check.ratio == pytest.approx(np.max(f / (z * e + atol)), rel=1e-6)
     # the start is far from stationary: the check can fail
-    start = stationarity(field, ov0, backend, z=z, atol=atol)
+    start = stationarity(field, ov0, test)
     assert not start.stationary and start.ratio > 10
     # the trajectory is recorded from t = 0 to the final time, and ends at the state
     assert float(fp.ts[0]) == 0.0 and float(fp.ts[-1]) == pytest.approx(fp.t)
@@ -73,17 +80,17 @@ def test_bayes_construction_is_a_gradient_flow_fixed_point(prior):
     model = make_model("bayes_softmax", L=3, H=S, prior=prior)
     ov, _ = d.bayes_construction(model)
     backend = MonteCarlo(samples=1 << 15, seed=3)
-    field = ManifoldField.build(model, GRADIENT_FLOW, backend)
-    rhs, err = field.with_error(ov, backend)
+    field = _gradient_flow(model, backend)
+    rhs, err = field.with_error(ov)
     f, e = _leaves(rhs), _leaves(err)
     live = e > 0
     assert np.all(np.abs(f[~live]) < 1e-12)
     assert np.max(np.abs(f[live]) / e[live]) < Z
-    assert stationarity(field, ov, backend, z=Z).stationary
+    assert stationarity(field, ov, StationarityTest(z=Z)).stationary
     # the same heads with per-head softmax: far from stationary
     soft = dataclasses.replace(model, activation=get_activation("softmax"))
-    fs = ManifoldField.build(soft, GRADIENT_FLOW, backend)
-    assert stationarity(fs, ov, backend, z=Z).ratio > 10
+    fs = _gradient_flow(soft, backend)
+    assert stationarity(fs, ov, StationarityTest(z=Z)).ratio > 10
     # risk = R_Bayes (independent nodes: different dimensions)
     r, r_err = d.population_risk(model, ov, backend, manifold=True)
     rb, rb_err = d.bayes_risk(model, MonteCarlo(samples=1 << 17, seed=4))
@@ -93,17 +100,19 @@ def test_bayes_construction_is_a_gradient_flow_fixed_point(prior):
 
 @pytest.mark.slow
 def test_gradient_flow_bayes_softmax_reaches_bayes_risk():
-    """Bayes-optimality (spec §8 item 4): Bayes-softmax with H = S heads trained by gradient
+    """Bayes-optimality (`docs/phases.md#the-papers-claims` item 4): Bayes-softmax with H = S heads
+    trained by gradient
     flow from a small random start reaches R_Bayes (within 2%), and the state it reaches is
     stationary."""
     prior = FlippedSpike(2.0, 0.7, [1.0])
     model = make_model("bayes_softmax", L=3, H=2, prior=prior)
     backend = QuasiMonteCarlo(samples=2048, seed=0)
-    field = ManifoldField.build(model, GRADIENT_FLOW, backend)
+    field = _gradient_flow(model, backend)
     ov0 = random_start(model, jax.random.key(1), 1000, key_std=0.1, value_std=0.1,
                        bias=0.0).on_manifold()
-    fp = find_fixed_point(field, ov0, backend, t_max=1600.0, t_first=50.0, z=1.0,
-                          rtol=1e-5, atol=1e-7)
+    fp = find_fixed_point(field, ov0, Chunks(t_max=1600.0, t_first=50.0),
+                          Integrator.adaptive(rtol=1e-5, atol=1e-7),
+                          test=StationarityTest(z=1.0))
     ev = QuasiMonteCarlo(samples=1 << 15, seed=5)
     r, r_err = d.population_risk(model, fp.overlaps, ev, manifold=True)
     rb, _ = d.bayes_risk(model, QuasiMonteCarlo(samples=1 << 16, seed=6))

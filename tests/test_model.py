@@ -1,4 +1,5 @@
-"""The predictor and loss (spec §2–§3): autodiff against finite differences, the SGD update
+"""The predictor and loss (`docs/model.md#the-student-attention-heads`,
+`docs/model.md#training-online-sgd`): autodiff against finite differences, the SGD update
 against the gradient of the loss in the weights, and the conditional error against Monte Carlo
 over the value fields."""
 
@@ -12,6 +13,7 @@ import pytest
 from _util import ACTIVATIONS, PRIORS, Z, correlated_weights, make_model, mean_se, teacher_for
 
 import sims
+from dynamics import StepSizes
 from dynamics import SIGNAL, FieldLaw, Overlaps, ValueMoments, Weights, sample_data
 
 
@@ -20,7 +22,7 @@ def _central_fd(f, x, eps):
     once (jitted, vmapped)."""
     E = eps * jnp.eye(x.size, dtype=x.dtype)
     fv = jax.jit(jax.vmap(f))
-    return (fv(x + E) - fv(x - E)) / (2 * eps)
+    return (fv(x[None, :] + E) - fv(x[None, :] - E)) / (2 * eps)
 
 
 def _random_state(seed, H, L, scale=1.5):
@@ -98,12 +100,13 @@ def test_weight_gradients_through_fields(activation, batch):
 @pytest.mark.parametrize("train_values", [True, False])
 def test_sgd_step_is_gradient_step(activation, train_values):
     """`k ← (1 − ηλ/D) k − η ∂ℓ/∂k`, `v` likewise (unless frozen), `b ← b − (η_b/D) ∂ℓ/∂b`
-    (spec §3), with the gradients by finite differences of the batch-mean loss."""
+    (`docs/model.md#training-online-sgd`), with the gradients by finite differences of the
+    batch-mean loss."""
     H, L, D, B = 2, 3, 6, 2
     model = make_model(activation, L=L, H=H, noise=0.2, train_values=train_values)
     teacher = teacher_for(model, D)
     w = correlated_weights(jr.key(3), teacher, H)
-    hp = sims.SGDHyper(lr=0.3, lr_bias=0.7, weight_decay=0.1, batch=B)
+    hp = StepSizes(lr=0.3, lr_bias=0.7, weight_decay=0.1, batch=B)
     key = jr.key(9)
     X, y = sample_data(key, teacher, model, B)
 
@@ -196,7 +199,8 @@ def test_conditional_error_through_field_law(activation, prior):
 
 
 def test_overlaps_of_weights_are_gram_blocks():
-    """`Weights.overlaps` against the definitions of spec §4, computed directly."""
+    """`Weights.overlaps` against the definitions of `docs/model.md#order-parameters`, computed
+    directly."""
     H, D = 3, 50
     model = make_model(H=H, prior=PRIORS["discrete_2d"](), rho=1.7)
     teacher = teacher_for(model, D)

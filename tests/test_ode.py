@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -9,10 +10,13 @@ import numpy as np
 import pytest
 
 import dynamics as d
-from dynamics.ode import (FullField, Hyper, ManifoldField, integrate, random_start, run_ode,
-                          symmetric_start)
+from _util import ACTIVATIONS
 
-ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
+from dynamics import StepSizes
+from dynamics.fields import FullField, ManifoldField
+from dynamics.ode import Integrator, integrate, random_start, run_ode, symmetric_start
+
+_with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
 
 def _model(activation="bayes_softmax", L=3, H=2, prior=None, noise=0.2):
@@ -39,11 +43,11 @@ def _z(a, ea, b, eb):
 def test_full_and_manifold_forms_agree_on_the_manifold(activation):
     model = _model(activation)
     ov = _state()
-    hp = Hyper(lr=0.7, lr_bias=1.2, weight_decay=0.1, batch=1, sgd_noise=True)
+    hp = StepSizes(lr=0.7, lr_bias=1.2, weight_decay=0.1, batch=1)
     be = d.expectations.MonteCarlo(samples=1 << 15, seed=3)
     mf, ff = ManifoldField.build(model, hp, be), FullField.build(model, hp, be)
-    r1, e1 = jax.jit(lambda o: mf.with_error(o, be))(ov)
-    r2, e2 = jax.jit(lambda o: ff.with_error(o, be))(ov)
+    r1, e1 = _with_error(mf, ov)
+    r2, e2 = _with_error(ff, ov)
     for name in ("m", "q", "n", "s", "b"):
         assert _z(getattr(r1, name), getattr(e1, name), getattr(r2, name),
                   getattr(e2, name)) < 4.5, name
@@ -59,12 +63,12 @@ def test_expectation_backends_agree_within_error_bars(activation):
     model = _model(activation, L=2, H=1, prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]))
     ov = d.Overlaps.manifold(m=jnp.array([[0.8]]), q=jnp.array([[1.5]]), n=jnp.array([0.6]),
                              s=jnp.array([[0.8]]), b=jnp.array([0.1]))
-    hp = Hyper(lr=0.8, lr_bias=1.0, sgd_noise=True)
+    hp = StepSizes(lr=0.8, lr_bias=1.0)
     results = {}
     for name in ("mc", "qmc", "quadrature"):
         be = d.expectations.get_expectation(name, 1 << 14, seed=1)
         f = ManifoldField.build(model, hp, be)
-        results[name] = jax.jit(lambda o: f.with_error(o, be))(ov)
+        results[name] = _with_error(f, ov)
     for a in results:
         for b in results:
             if a < b:
@@ -82,8 +86,8 @@ def test_mc_error_shrinks_like_inverse_sqrt_n():
     errs = []
     for n in (1 << 11, 1 << 13, 1 << 15):
         be = d.expectations.MonteCarlo(samples=n, seed=2)
-        f = ManifoldField.build(model, Hyper(lr=1.0, lr_bias=1.0), be)
-        errs.append(float(jax.jit(lambda o: f.with_error(o, be))(ov)[1].q[0, 0]))
+        f = ManifoldField.build(model, StepSizes(lr=1.0, lr_bias=1.0), be)
+        errs.append(float(_with_error(f, ov)[1].q[0, 0]))
     ratios = np.array(errs[:-1]) / np.array(errs[1:])
     np.testing.assert_allclose(ratios, 2.0, rtol=0.15)   # 4× the samples, half the error
 
@@ -151,7 +155,7 @@ def test_gradient_flow_decreases_the_risk_monotonically():
 # ---- bad inputs -------------------------------------------------------------------------------
 
 def _field(model, samples=256):
-    return ManifoldField.build(model, Hyper(lr=1.0, lr_bias=1.0),
+    return ManifoldField.build(model, StepSizes(lr=1.0, lr_bias=1.0),
                                d.expectations.MonteCarlo(samples=samples))
 
 
@@ -160,25 +164,26 @@ def test_non_psd_initial_overlaps_error():
     ov = _state()
     bad = dataclasses.replace(ov, m=ov.m * 10.0)        # |m| > √q: not a Gram matrix
     with pytest.raises(d.HeadflowError, match="not a valid Gram matrix"):
-        integrate(_field(model), bad, np.linspace(0, 1, 3))
+        integrate(_field(model), bad, np.linspace(0, 1, 3), Integrator.adaptive())
 
 
 def test_inconsistent_shapes_error():
     model = _model(H=3)
     with pytest.raises(d.HeadflowError, match=r"shape .* H=3"):
-        integrate(_field(model), _state(H=2), np.linspace(0, 1, 3))
+        integrate(_field(model), _state(H=2), np.linspace(0, 1, 3), Integrator.adaptive())
 
 
 def test_max_steps_error():
     model = _model()
     with pytest.raises(d.HeadflowError, match="max_steps"):
-        integrate(_field(model), _state(), np.linspace(0, 50, 3), max_steps=3)
+        integrate(_field(model), _state(), np.linspace(0, 50, 3),
+                  Integrator.adaptive(max_steps=3))
 
 
 def test_nan_vector_field_error():
     model = _model(noise=float("nan"))
     with pytest.raises(d.DivergenceError, match="NaN/inf"):
-        integrate(_field(model), _state(), np.linspace(0, 1, 3))
+        integrate(_field(model), _state(), np.linspace(0, 1, 3), Integrator.adaptive())
 
 
 def test_divergence_error():

@@ -6,6 +6,7 @@ same samples with `+η` and `−η` separates the drift `(Δ₊ − Δ₋)/2` fr
 `(Δ₊ + Δ₋)/2`, which lets us check the ODE with and without its `η²` terms.
 """
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -13,13 +14,16 @@ import numpy as np
 import pytest
 
 import dynamics as d
-from dynamics.ode import FullField, Hyper, ManifoldField
-from sims import SGDHyper, sgd_step
+from dynamics import StepSizes
+from dynamics.fields import FullField, ManifoldField
+from sims import sgd_step
 
 D = 2000
 N_SGD = 1 << 14
 N_ODE = 1 << 15
 FIELDS = ("m", "q", "n", "s", "b", "kv", "kvs", "vks")
+
+_with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
 
 def _state(on_manifold: bool) -> d.Overlaps:
@@ -43,8 +47,8 @@ def _sgd_increments(model, ov, lr, lr_bias, wd, batch):
         return d.Overlaps.from_student_rows(D * (w1.gram_rows(teacher) - base),
                                             D * (w1.b - w.b), model.F)
 
-    plus = SGDHyper(lr=lr, lr_bias=lr_bias, weight_decay=wd, batch=batch)
-    minus = SGDHyper(lr=-lr, lr_bias=-lr_bias, weight_decay=wd, batch=batch)
+    plus = StepSizes(lr=lr, lr_bias=lr_bias, weight_decay=wd, batch=batch)
+    minus = StepSizes(lr=-lr, lr_bias=-lr_bias, weight_decay=wd, batch=batch)
     keys = jr.split(jr.key(3), N_SGD)
     f = jax.jit(lambda ks: jax.lax.map(lambda k: (inc(plus, k), inc(minus, k)), ks,
                                        batch_size=512))
@@ -64,7 +68,8 @@ def _check(name, rhs, rhs_err, inc, inc_err, fields=FIELDS, zmax=5.0):
         b, eb = np.asarray(getattr(inc, f)), np.asarray(getattr(inc_err, f))
         z = np.abs(a - b) / np.sqrt(ea**2 + eb**2 + 1e-30)
         zs.append(z.max())
-        assert z.max() < zmax, f"{name}: d{f}/dt ODE {a.ravel()} vs SGD {b.ravel()} (z={z.max():.1f})"
+        assert z.max() < zmax, (f"{name}: d{f}/dt ODE {a.ravel()} vs SGD {b.ravel()} "
+                                f"(z={z.max():.1f})")
         scale = max(scale, float(np.max(np.abs(b) / (eb + 1e-30))))
     assert scale > 20, f"{name}: increments too small to test anything"
 
@@ -83,10 +88,11 @@ def test_rhs_equals_mean_sgd_increment(activation, on_manifold):
     backend = d.expectations.MonteCarlo(samples=N_ODE, seed=5)
     fields = [FullField] + ([ManifoldField] if on_manifold else [])
     for cls in fields:
-        with_noise = cls.build(model, Hyper(lr, lr_bias, wd, batch, sgd_noise=True), backend)
-        no_noise = cls.build(model, Hyper(lr, lr_bias, wd, batch, sgd_noise=False), backend)
-        r1, e1 = jax.jit(lambda o: with_noise.with_error(o, backend))(ov)
-        r0, e0 = jax.jit(lambda o: no_noise.with_error(o, backend))(ov)
+        steps = StepSizes(lr, lr_bias, wd, batch)
+        with_noise = cls.build(model, steps, backend, sgd_noise=True)
+        no_noise = cls.build(model, steps, backend, sgd_noise=False)
+        r1, e1 = _with_error(with_noise, ov)
+        r0, e0 = _with_error(no_noise, ov)
         tag = f"{activation} {cls.__name__} {'on' if on_manifold else 'off'} manifold"
         _check(tag + " (with η²)", r1, e1, *_mean_err(plus))
         _check(tag + " (gradient flow)", r0, e0, *_mean_err(drift))

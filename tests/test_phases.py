@@ -9,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from validation.phases import detect_phases, persistent_crossing, seed_summary
+from dynamics.measures import persistent_crossing
+from validation.experiments.phases import detect_phases, seed_summary
 
 THETA = 0.2
 
@@ -146,8 +147,8 @@ def test_vectorized_sweep_equals_individual_runs_and_classifies():
     diverging, a zero signal as no learning."""
     from dynamics import load_config
     from dynamics.ode import run_ode
-    from validation.phase_diagram import DIVERGING, NO_LEARNING, classify
-    from validation.sweep import run_sweep
+    from validation.experiments.phase_diagram import DIVERGING, NO_LEARNING, classify
+    from validation.experiments.sweep import run_sweep
 
     cfg = load_config(None, SWEEP_SETS)
     axes = [("training.lr", [0.5, 1.0, 60.0]), ("prior.amplitude", [0.0, 3.0])]
@@ -220,7 +221,7 @@ def test_staged_specialization_follows_the_variances():
     from importlib import resources
 
     from dynamics import Config
-    from validation.commands.phases import ode_trajectory
+    from validation.experiments.phases import ode_trajectory
 
     text = resources.files("validation").joinpath("configs/staged.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(

@@ -12,7 +12,7 @@ import dynamics as d
 from dynamics.activations import get_activation
 from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
 from dynamics.priors import FlippedSpike, OneHot
-from validation.pruning import (PruneCurve, Pruned, SubsetRisk, first_needed_jump,
+from validation.experiments.pruning import (PruneCurve, Pruned, SubsetRisk, first_needed_jump,
                                 prunable_count, prune_curve, pruned_model, random_curves,
                                 remove_heads)
 

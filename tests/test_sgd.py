@@ -1,4 +1,5 @@
-"""Online SGD at finite D (spec §3, `sims`): determinism, segment independence, learning,
+"""Online SGD at finite D (`docs/model.md#training-online-sgd`, `sims`): determinism, segment
+independence, learning,
 frozen values, weights built from overlaps, divergence, batches, dtypes, multi-device runs."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from _util import Z, make_model
 
 import sims
-from dynamics import (DivergenceError, Overlaps, bayes_construction, load_config,
+from dynamics import (DivergenceError, Overlaps, StepSizes, bayes_construction, load_config,
                       make_teacher, weights_from_overlaps)
 from dynamics.priors import Discrete
 
@@ -90,22 +91,23 @@ def test_different_seeds_differ(tiny_run):
 def test_independent_of_segmenting():
     cfg = _cfg()
     model = cfg.build_model()
-    hp = sims.SGDHyper.from_config(cfg.training)
-    steps = sims.save_steps_for(cfg.save_times(), 100)
-    runs = [sims.simulate(model, hp, dim=100, seeds=[0, 1], save_steps=steps, segments=seg)
-            for seg in (1, 7, 20)]
-    for ov, teachers, w in runs[1:]:
-        for leaf_a, leaf_b in zip(jax.tree.leaves((ov, teachers, w)),
-                                  jax.tree.leaves(runs[0])):
+    hp = StepSizes.from_config(cfg.training)
+    runs = [sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+                          segments=seg) for seg in (1, 7, 20)]
+    for run in runs[1:]:
+        for leaf_a, leaf_b in zip(jax.tree.leaves(run), jax.tree.leaves(runs[0])):
             np.testing.assert_array_equal(leaf_a, leaf_b)
 
 
-def test_save_steps_for():
-    np.testing.assert_array_equal(sims.save_steps_for(np.array([0.0, 0.004, 0.5, 0.5, 1.0]),
-                                                      1000), [0, 4, 500, 500, 1000])
-    # rounding never makes the grid decrease
-    s = sims.save_steps_for(np.geomspace(1e-4, 1.0, 50), 100)
-    assert np.all(np.diff(s) >= 0)
+def test_save_steps():
+    """Save times become step counts `round(t·D)`, never decreasing, and `t = steps/D`."""
+    model, hp = _cfg().build_model(), StepSizes.from_config(_cfg().training)
+    run = sims.simulate(model, hp, dim=1000, seeds=[0], times=[0.0, 0.0004, 0.0005, 0.0005,
+                                                              0.001])
+    np.testing.assert_array_equal(np.asarray(run.steps), [0, 0, 0, 0, 1])
+    np.testing.assert_allclose(np.asarray(run.t), np.asarray(run.steps) / 1000)
+    run = sims.simulate(model, hp, dim=100, seeds=[0], times=np.geomspace(1e-4, 0.02, 30))
+    assert np.all(np.diff(np.asarray(run.steps)) >= 0)
 
 
 def test_sgd_learns():
@@ -169,10 +171,9 @@ def test_simulate_from_overlaps():
     those (to float32 round-off)."""
     ov, rho = _valid_overlaps("manifold", rho=1.0)
     cfg = _cfg()                        # the tiny run's configuration: its compiled step is reused
-    model, hp = cfg.build_model(), sims.SGDHyper.from_config(cfg.training)
-    rec, _, _ = sims.simulate(model, hp, dim=100, seeds=[0, 1],
-                              save_steps=sims.save_steps_for(cfg.save_times(), 100),
-                              init=lambda k, t: weights_from_overlaps(k, ov, t, rho))
+    model, hp = cfg.build_model(), StepSizes.from_config(cfg.training)
+    rec = sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+                        init=lambda k, t: weights_from_overlaps(k, ov, t, rho)).overlaps
     for name in ("m", "q", "n", "s", "b", "kv", "kvs", "vks"):
         got = np.asarray(getattr(rec, name))[:, 0]
         np.testing.assert_allclose(got, np.broadcast_to(getattr(ov, name), got.shape),
@@ -190,11 +191,11 @@ def test_batch_and_float64():
     """Mini-batches and float64 work. (float32 and float64 draw different random numbers, so
     their trajectories agree only statistically.)"""
     cfg = _cfg("training.batch=4")
-    model, hp = cfg.build_model(), sims.SGDHyper.from_config(cfg.training)
+    model, hp = cfg.build_model(), StepSizes.from_config(cfg.training)
     assert hp.batch == 4
-    ov, teachers, w = sims.simulate(model, hp, dim=100, seeds=[0, 1],
-                                    save_steps=sims.save_steps_for(cfg.save_times(), 100),
-                                    dtype=jnp.float64)
+    run = sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+                        dtype=jnp.float64)
+    ov, teachers, w = run.overlaps, run.teachers, run.weights
     assert w.K.dtype == w.V.dtype == w.b.dtype == teachers.vstar.dtype == jnp.float64
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(ov))
     assert ov.q.dtype == jnp.float64
@@ -208,8 +209,9 @@ _SHARDED = textwrap.dedent("""
     import json, sys
     import numpy as np
     import jax, jax.numpy as jnp
+    jax.config.update("jax_enable_x64", True)
     import dynamics, sims
-    from dynamics._sharding import shard_leading
+    from dynamics.sharding import shard_leading
     assert jax.device_count() == 2, jax.devices()
     x = shard_leading(jnp.zeros((2, 3)))
     assert len(x.sharding.device_set) == 2, x.sharding

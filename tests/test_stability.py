@@ -1,4 +1,4 @@
-"""Linear stability of the unspecialized phase (dynamics/stability.py): the symmetric subspace,
+"""Linear stability of the unspecialized phase (dynamics/analysis): the symmetric subspace,
 exact head-permutation equivariance of the closed-node field, Schur block structure of the
 Jacobian, autodiff Jacobian against finite differences, and the tangent-linear propagator
 against the nonlinear ODE for a small head-difference perturbation."""
@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 from _util import make_model
 
-from dynamics import Overlaps, key_dims
-from dynamics import stability as st
+from dynamics import Overlaps, StepSizes
+from dynamics import analysis as st
+from dynamics._risk import key_dims
 from dynamics.expectations import QuasiMonteCarlo
-from dynamics.ode import Hyper, ManifoldField, integrate, symmetric_start
+from dynamics.fields import ManifoldField
+from dynamics.ode import Integrator, integrate, symmetric_start
 from dynamics.priors import Discrete
 
 
@@ -46,7 +48,8 @@ def _permute(ov, p):
 
 
 def _field(model, samples=6 * 64, lr=0.8):
-    return st.equivariant_field(model, Hyper(lr=lr, lr_bias=1.0), samples=samples)
+    return st.equivariant_field(model, StepSizes(lr=lr, lr_bias=1.0),
+                                QuasiMonteCarlo(samples=samples))
 
 
 def _close(a, b, rtol, atol):
@@ -83,7 +86,7 @@ def test_closed_nodes_make_the_field_exactly_equivariant(activation, H):
         _close(f(_permute(ov, p)), _permute(d, p), 0, 1e-12 * scale)
     # independent (unclosed) nodes are equivariant only up to their sampling error
     raw = QuasiMonteCarlo(samples=384).nodes(key_dims(model))
-    plain = ManifoldField(model=model, hyper=field.hyper, nodes=raw)
+    plain = ManifoldField(model=model, steps=field.steps, nodes=raw)
     g = jax.jit(lambda o: plain(0.0, o))
     p = np.roll(np.arange(H), 1)
     gap = max(float(jnp.max(jnp.abs(a - b))) for a, b in
@@ -164,18 +167,21 @@ def test_tangent_linear_matches_nonlinear_growth():
     tangent-linear propagator predicts, within 2% (in fact far better) while it stays small."""
     H = 2
     model = make_model("bayes_softmax", L=3, H=H)
-    field = st.equivariant_field(model, Hyper(lr=1.0, lr_bias=1.0), samples=512)
+    field = st.equivariant_field(model, StepSizes(lr=1.0, lr_bias=1.0),
+                                 QuasiMonteCarlo(samples=512))
     modes = st.HeadModes.build(model)
     ov0 = symmetric_start(model, key_std=0.1, value_std=0.1, bias=0.0)
     ts = np.linspace(0.0, 8.0, 17)
-    res = st.linear_stability(field, ov0, ts, modes=modes, rtol=1e-9, atol=1e-12)
+    res = st.linear_stability(field, ov0, ts, modes=modes,
+                              integrator=Integrator.adaptive(rtol=1e-9, atol=1e-12,
+                                                             max_steps=20000, blowup=None))
     x = np.array(jr.normal(jr.key(5), (modes.mu,)))
     x /= np.linalg.norm(x)
     eps = 3e-5
     U = np.asarray(modes.standard[0])
     pert = st.unflatten(jnp.asarray(eps * U @ x), H, model.F)
     start = jax.tree.map(lambda a, b: a + b, st.head_average(ov0), pert)
-    sol = integrate(field, start, ts, rtol=1e-9, atol=1e-13)
+    sol = integrate(field, start, ts, Integrator.adaptive(rtol=1e-9, atol=1e-13))
     sym = res.symmetric
     diff = np.asarray(jax.vmap(st.flatten)(sol.overlaps)) - np.asarray(jax.vmap(st.flatten)(sym))
     got = diff @ U / eps                                             # (T, μ) coordinates
@@ -236,5 +242,11 @@ def test_reduced_symmetric_field():
     full = field(0.0, ov_s)
     _close(red(0.0, ov_s), full, 0, 1e-13)
     _close(st.head_average(full), full, 0, 1e-13)           # f(symmetric) is symmetric
+    # off it: the field at the projected state, whatever the head differences (which leave
+    # the projection unchanged); no second projection is needed since f(symmetric) is symmetric
     ov = _random_state(jr.key(9), H, F)
-    _close(red(0.0, ov), st.head_average(field(0.0, st.head_average(ov))), 0, 1e-15)
+    shifted = jax.tree.map(lambda a, b: a + b, ov,
+                           st.head_differences(_random_state(jr.key(10), H, F)))
+    _close(st.head_average(shifted), st.head_average(ov), 0, 1e-13)
+    _close(red(0.0, ov), field(0.0, st.head_average(ov)), 0, 1e-12)
+    _close(red(0.0, shifted), red(0.0, ov), 0, 1e-12)

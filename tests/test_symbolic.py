@@ -1,7 +1,8 @@
 """The symbolic derivation (issue 4, `dynamics/symbolic/`): the derived activation Jacobians
 against `jax.jacobian`, the generated right-hand side against the autodiff one (`ManifoldField`)
 to round-off at the same Gaussian nodes, the two code generators against each other, the derived
-equations against the spec's, the gradient-flow form of the drift within Monte Carlo error bars,
+equations against the documented ones, the gradient-flow form of the drift within Monte Carlo error
+bars,
 `docs/equations.md` against the generator, and `headflow ode --set ode.rhs=symbolic` against the
 autodiff trajectory.
 """
@@ -21,10 +22,11 @@ import sympy as sp
 from _util import ACTIVATIONS, Z, make_model
 
 import dynamics as d
-from dynamics import ConfigError
+from dynamics import ConfigError, StepSizes
+from dynamics._risk import key_dims, over_theta, risk_integrand, split_key_normals
 from dynamics.activations import get_activation
 from dynamics.expectations import MonteCarlo
-from dynamics.ode import Hyper, ManifoldField
+from dynamics.fields import ManifoldField
 from dynamics.priors import Discrete, FlippedSpike, Gaussian
 from dynamics.symbolic import (SymbolicField, derive_jacobians, generate, local_field_ode,
                                manifold_ode)
@@ -82,12 +84,11 @@ def _eval_index(expr, axes, sizes, arrays: dict):
     """Evaluate an index expression with the code printer (sizes `(H, L, F)`)."""
     Hn, Ln, Fn = sizes
     tp = TensorPrinter({"head": Hn, "token": Ln, "feature": Fn},
-                       {base: name for base, name in zip(arrays, ["X%d" % i
-                                                                  for i in range(len(arrays))])},
+                       {base: f"X{i}" for i, base in enumerate(arrays)},
                        {})
     code = tp.statement(expr.xreplace({al.H: Hn, al.L: Ln, al.F: Fn}), axes)
     ns = {"jnp": jnp, "jax": jax, "bcast": bcast}
-    ns.update({"X%d" % i: v for i, v in enumerate(arrays.values())})
+    ns.update({f"X{i}": v for i, v in enumerate(arrays.values())})
     return eval(code, ns)  # noqa: S307 - our own generated code
 
 
@@ -140,11 +141,11 @@ def test_generated_rhs_equals_autodiff(act, H, F):
     `ManifoldField`'s to 1e-10, with the η² terms, biases, weight decay, batch and label noise
     all switched on."""
     model = make_model(act, L=3, H=H, prior=_prior(F), noise=0.3, rho=1.2)
-    hp = Hyper(lr=0.7, lr_bias=1.3, weight_decay=0.05, batch=3, sgd_noise=True)
+    hp = StepSizes(lr=0.7, lr_bias=1.3, weight_decay=0.05, batch=3)
     backend = MonteCarlo(samples=24, seed=H + 10 * F)
     ov = _random_state(jr.key(100 * H + F), H, F, model.rho)
-    auto, sym = _per_node_both(ManifoldField.build(model, hp, backend),
-                               SymbolicField.build(model, hp, backend), ov)
+    auto, sym = _per_node_both(ManifoldField.build(model, hp, backend, sgd_noise=True),
+                               SymbolicField.build(model, hp, backend, sgd_noise=True), ov)
     diff = _max_diff(auto, sym)
     assert max(diff.values()) < TOL, diff
     scale = max(float(jnp.max(jnp.abs(getattr(auto, f)))) for f in ("m", "q", "n", "s"))
@@ -158,19 +159,19 @@ def test_generated_rhs_variants(act):
     H, F = 2, 2
     model = make_model(act, L=4, H=H, prior=Gaussian([0.8, -0.4], [2.0, 0.5]), noise=0.0,
                        rho=0.9, train_values=False)
-    hp = Hyper(lr=1.1, lr_bias=0.4, weight_decay=0.0, batch=1, sgd_noise=False)
+    hp = StepSizes(lr=1.1, lr_bias=0.4, weight_decay=0.0, batch=1)
     backend = MonteCarlo(samples=16, seed=3)
     ov = _random_state(jr.key(7), H, F, model.rho)
     ov = eqx.tree_at(lambda o: o.b, ov, jnp.zeros(H))
-    auto, sym = _per_node_both(ManifoldField.build(model, hp, backend),
-                               SymbolicField.build(model, hp, backend), ov)
+    auto, sym = _per_node_both(ManifoldField.build(model, hp, backend, sgd_noise=False),
+                               SymbolicField.build(model, hp, backend, sgd_noise=False), ov)
     diff = _max_diff(auto, sym)
     assert max(diff.values()) < TOL, diff
     assert float(jnp.max(jnp.abs(sym.n))) == 0.0 and float(jnp.max(jnp.abs(sym.s))) == 0.0
     if act == "bayes_softmax":
         cmodel = make_model(act, L=3, H=2, prior=_prior(1), rho=1.0)
         cov, _ = d.bayes_construction(cmodel)
-        hp2 = Hyper(lr=0.5, lr_bias=0.5, sgd_noise=True)
+        hp2 = StepSizes(lr=0.5, lr_bias=0.5)
         auto, sym = _per_node_both(ManifoldField.build(cmodel, hp2, backend),
                                    SymbolicField.build(cmodel, hp2, backend), cov)
         diff = _max_diff(auto, sym)
@@ -218,7 +219,7 @@ def test_generated_attention_is_stable():
 
 def test_local_field_ode_is_spec_section_6():
     """The SGD step pushed through the bilinear algebra and the high-dimensional limit gives
-    the generic ODE of spec §6 (typed here from the spec)."""
+    the generic ODE of `docs/ode.md#derivation-of-the-odes` (typed here from the docs)."""
     G, lam, Om = al.G, al.lam_f, al.Omega
     i, j, js, ell = al.i_, al.j_, al.js, al.ell
     E, Sl = al.Expect, (lambda x: sp.Sum(x, (ell, 1, al.L)))
@@ -241,7 +242,9 @@ def test_value_side_and_invariance_are_spec(act):
     M = manifold_ode(act)
     h, k, kp = al.h, al.k, al.index("c")
     eta, wd, B, n, s = al.eta, al.wd, al.B, al.n, al.s
-    Sk = (lambda x: sp.Sum(x, (kp, 1, al.H)))
+    def Sk(x):
+        return sp.Sum(x, (kp, 1, al.H))
+
     spec_n = eta * (al.rho * a_[h] - Sk(C_[h, kp] * n[kp])) - eta * wd * n[h]
     spec_s = (eta * (a_[h] * n[k] + n[h] * a_[k] - Sk(C_[h, kp] * s[kp, k])
                      - Sk(s[h, kp] * C_[kp, k])) + eta**2 / B * Nv[h, k] - 2 * eta * wd * s[h, k])
@@ -253,7 +256,8 @@ def test_value_side_and_invariance_are_spec(act):
 
 
 def test_closed_forms():
-    """Risk (spec §5), its ŷ ≡ 0 limit, the Bayes limits (spec §7), the construction."""
+    """Risk (`docs/model.md#population-risk`), its ŷ ≡ 0 limit, the Bayes limits
+    (`docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`), the construction."""
     h, k = al.h, al.k
     spec_R = (al.Delta**2 + al.rho - 2 * sp.Sum(al.n[h] * a_[h], (h, 1, al.H))
               + sp.Sum(al.s[h, k] * C_[h, k], (h, 1, al.H), (k, 1, al.H)))
@@ -282,26 +286,25 @@ def test_gradient_flow_form_within_error_bars(act):
     model = make_model(act, L=L, H=H, prior=_prior(F), noise=0.2, rho=1.1)
     ov = _random_state(jr.key(11), H, F, model.rho)
     gen = generate(act, H, L, F, False)
-    nodes = MonteCarlo(samples=1 << 13, seed=4).nodes(d.key_dims(model))
+    nodes = MonteCarlo(samples=1 << 13, seed=4).nodes(key_dims(model))
 
     def per_node(x):
         def risk_at(m, q, b):
             o = d.Overlaps.manifold(m, q, ov.n, ov.s, b)
             law = d.FieldLaw.from_overlaps(o, model.rho, manifold=True)
-            return d.risk_integrand(model, law, b, x)
+            return risk_integrand(model, law, b, x)
 
         gm, gq, gb = jax.grad(risk_at, argnums=(0, 1, 2))(ov.m, ov.q, ov.b)
         sq = gq + gq.T
         pred_tm = 0.5 * (gm + sq @ ov.m)
         pred_tq = 0.5 * (gm @ ov.m.T + ov.m @ gm.T + sq @ ov.q + ov.q @ sq)
         law = d.FieldLaw.from_overlaps(ov, model.rho, manifold=True)
-        tn, g_star, g_perp = d.split_key_normals(model, x)
+        tn, g_star, g_perp = split_key_normals(model, x)
 
         def at(theta):
             chi_star, chi = law.key_fields(theta, g_star, g_perp)
             return gen.integrands(chi, chi_star, ov.b, ov.n, ov.s, model.rho, model.noise)
 
-        from dynamics._risk import over_theta
         E = over_theta(model, tn, at)
         return {"m": pred_tm - E["Tm"], "q": pred_tq - (E["Tq"] + E["Tq"].T),
                 "b": 0.5 * gb - E["gb"], "scale": jnp.abs(E["Tm"])}
@@ -389,21 +392,3 @@ def test_cli_symbolic_needs_the_manifold_form(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("headflow: error:")
     assert "manifold" in err[0] and not out.exists()
-
-
-def test_notebook_is_valid_nbformat4():
-    """`notebooks/symbolic_derivation.ipynb`: nbformat-4 JSON whose code cells are valid Python
-    and use the current API (every `dynamics.symbolic` name it imports exists)."""
-    import ast
-
-    import dynamics.symbolic as S
-
-    nb = json.loads((ROOT / "notebooks" / "symbolic_derivation.ipynb").read_text("utf-8"))
-    assert nb["nbformat"] == 4 and nb["cells"]
-    for cell in nb["cells"]:
-        assert cell["cell_type"] in ("markdown", "code") and isinstance(cell["source"], list)
-        if cell["cell_type"] == "code":
-            tree = ast.parse("".join(cell["source"]))
-            for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module == "dynamics.symbolic":
-                    assert all(hasattr(S, a.name) for a in node.names)

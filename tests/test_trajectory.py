@@ -1,4 +1,5 @@
-"""Trajectory agreement between the ODE and finite-D SGD (issue 3, spec §9).
+"""Trajectory agreement between the ODE and finite-D SGD (issue 3,
+`docs/ode.md#theory-versus-simulation`).
 
 For the default model (Bayes-softmax, flipped spike) and a per-head softmax model, the relative
 deviation of the risk between the ODE and the SGD seed mean, over the pre-escape window and at
@@ -14,8 +15,7 @@ import numpy as np
 import pytest
 
 import dynamics as d
-from validation.analysis import canonicalize, canonicalize_seeds
-from validation.compare import compare
+from validation.experiments.compare import canonicalize, canonicalize_seeds, compare
 
 CONFIGS = {
     # the interface defaults; t_max long enough for every seed to specialize and settle

@@ -1,1 +1,3 @@
-"""Theory-versus-simulation comparisons, experiments, the GPT-2 bound checker and the CLI."""
+"""Experiments, figures, the command line and the GPT-2 bound checker, built on `dynamics`
+and `sims`. Kept free of imports, so that the `headflow` console script starts by installing its
+signal handlers (`validation._entry`)."""

@@ -1,7 +1,8 @@
 """Run folders: atomic result directories with `config.toml` and `meta.json`.
 
-A run writes into a hidden temporary folder next to its destination and moves the files into
-place only when it succeeds, so a failed or interrupted run never leaves partial result files.
+A run writes into a hidden temporary folder next to its destination and renames it into place
+only when it succeeds, so a failed or interrupted run never leaves partial result files, nor
+the empty parent folders it created.
 """
 
 from __future__ import annotations
@@ -9,19 +10,22 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
-import json
 import os
 import platform
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from dynamics import HeadflowError
+import numpy as np
+
+from dynamics import HeadflowError, check_stop
+
+from ._json import dumps
 
 _PACKAGES = ("headflow", "jax", "jaxlib", "diffrax", "equinox", "numpy", "scipy", "sympy",
              "matplotlib", "safetensors", "tokenizers")
@@ -67,7 +71,7 @@ def environment_meta() -> dict[str, Any]:
     """Package versions, git commit, devices and platform, for `meta.json`."""
     import jax
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in _PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -79,8 +83,8 @@ def environment_meta() -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": git_commit(),
         "devices": [str(d) for d in jax.devices()],
-        "x64_enabled": bool(jax.config.jax_enable_x64),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "x64_enabled": bool(jax.config.read("jax_enable_x64")),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
 
 
@@ -98,6 +102,10 @@ class RunDir:
         """Where to write the file `name` (inside the temporary folder)."""
         return self.tmp / name
 
+    def save_npz(self, name: str, arrays: Mapping[str, Any]) -> None:
+        """Write `arrays` as the `.npz` file `name` in the run folder."""
+        np.savez(self.path(name), **arrays)  # type: ignore[arg-type]
+
     @contextlib.contextmanager
     def timed(self, label: str) -> Iterator[None]:
         """Record the wall time of a block under `meta.json["wall_s"][label]`."""
@@ -108,45 +116,109 @@ class RunDir:
             self.wall[label] = self.wall.get(label, 0.0) + time.perf_counter() - t
 
 
+_ACTIVE: set[Path] = set()
+"""Temporary folders of runs in progress (removed by [`discard_active`][] on a forced exit)."""
+
+
+def discard_active() -> None:
+    """Remove the temporary folders of every run in progress (a forced exit on a second
+    interrupt cannot unwind the runs' own clean-up)."""
+    for tmp in list(_ACTIVE):
+        shutil.rmtree(tmp, ignore_errors=True)
+        _ACTIVE.discard(tmp)
+
+
+def _make_parents(path: Path) -> list[Path]:
+    """Create the missing ancestors of `path`; return those created, deepest last."""
+    missing = []
+    p = path.absolute().parent
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for m in reversed(missing):
+        m.mkdir()
+    return list(reversed(missing))
+
+
+def _remove_empty(dirs: list[Path]) -> None:
+    for d in reversed(dirs):                 # deepest first
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
 @contextlib.contextmanager
 def run_dir(out: Path, *, command: str, config_toml: str | None = None,
-            meta: dict[str, Any] | None = None) -> Iterator[RunDir]:
+            meta: dict[str, Any] | None = None, replace: bool = False) -> Iterator[RunDir]:
     """Create the result folder `out` atomically.
+
+    The run writes into a hidden temporary sibling of `out`, which is renamed to `out` only
+    when the block succeeds. On any exception (an error, an interrupt) the temporary folder and
+    every parent folder this run created are removed: nothing is left behind.
 
     **Arguments:**
 
-    - `out`: destination folder (created; existing files of the same names are replaced).
+    - `out`: destination folder. If it exists and is not empty it is refused, unless
+      `replace`, in which case it is replaced as a whole on success.
     - `command`: the headflow command, recorded in `meta.json`.
     - `config_toml`: the fully resolved configuration, written as `config.toml`.
     - `meta`: extra entries for `meta.json` (seeds, dtype, ...).
+    - `replace`: replace an existing non-empty `out` (the `--force` flag).
 
-    **Returns:** a [`RunDir`][]; write files to `run.path(name)`. On success the files are moved
-    into `out` together with `config.toml` and `meta.json`; on any exception nothing is left.
+    **Returns:** a [`RunDir`][]; write files to `run.path(name)`.
+
+    **Raises:** [`HeadflowError`][] (one line) when `out` cannot be used or written.
     """
     out = Path(out)
+    if str(out) in ("", "."):
+        raise HeadflowError("--out: an output folder is needed (not the working folder)")
     check_writable(out)
-    parent = out.absolute().parent
+    if out.is_dir() and any(out.iterdir()) and not replace:
+        raise HeadflowError(f"--out {out}: exists and is not empty; pass --force to replace it")
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+        created = _make_parents(out)
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
+    except OSError as err:
+        _remove_empty(created)
+        raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
+    _ACTIVE.add(tmp)
     run = RunDir(tmp, out)
+    done = False
     try:
         yield run
+        check_stop()           # a run that finished after a stop request is not reported
         if config_toml is not None:
             run.path("config.toml").write_text(config_toml)
         info = {"command": command, **environment_meta(), **(meta or {}), **run.meta}
         run.wall["total"] = time.perf_counter() - run._t0
         info["wall_s"] = {k: round(v, 4) for k, v in run.wall.items()}
-        run.path("meta.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-        out.mkdir(parents=True, exist_ok=True)
-        for item in tmp.iterdir():
-            target = out / item.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            os.replace(item, target)
+        run.path("meta.json").write_text(dumps(info, indent=2) + "\n")
+        _move_into_place(tmp, out)
+        done = True
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write results ({err.strerror})") from None
     finally:
+        _ACTIVE.discard(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+        if not done:
+            _remove_empty(created)
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename `tmp` to `out`; an existing `out` is first moved aside, then deleted."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+    os.replace(out, old / "previous")
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(old / "previous", out)          # put the previous results back
+        raise
+    finally:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,13 +1,23 @@
-"""Backends for the Gaussian expectations of the ODEs and risks (spec §5)."""
+"""Backends for the Gaussian expectations of the ODEs and risks
+(`docs/ode.md#expectation-backends`)."""
 
 from .._errors import ConfigError
 from ._base import AbstractExpectation as AbstractExpectation
-from ._base import Nodes as Nodes
+from ._base import AbstractNodes as AbstractNodes
+from ._base import EmbeddedNodes as EmbeddedNodes
+from ._base import MonteCarloNodes as MonteCarloNodes
+from ._base import ReplicateNodes as ReplicateNodes
 from ._mc import MonteCarlo as MonteCarlo
 from ._qmc import QuasiMonteCarlo as QuasiMonteCarlo
 from ._quadrature import Quadrature as Quadrature
 
+MIN_SAMPLES = 64
+"""The fewest nodes headflow accepts for an expectation: with fewer, the error estimate that
+comes with every number (a spread over nodes or replicates) is itself unreliable."""
+
 _BACKENDS = {"mc": MonteCarlo, "qmc": QuasiMonteCarlo, "quadrature": Quadrature}
+BACKENDS = tuple(_BACKENDS)
+"""The config names of the backends (`[ode] expectation`)."""
 
 
 def get_expectation(name: str, samples: int, seed: int = 0) -> AbstractExpectation:

@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import jax.random as jr
 
-from ._base import AbstractExpectation, Nodes
+from ._base import AbstractExpectation, MonteCarloNodes
 
 
 class MonteCarlo(AbstractExpectation):
@@ -10,6 +10,6 @@ class MonteCarlo(AbstractExpectation):
     samples: int
     seed: int = 0
 
-    def nodes(self, dim: int) -> Nodes:
+    def nodes(self, dim: int) -> MonteCarloNodes:
         x = jr.normal(jr.key(self.seed), (self.samples, dim), dtype=jnp.float64)
-        return Nodes(x=x, w=jnp.full(self.samples, 1.0 / self.samples))
+        return MonteCarloNodes(x=x, w=jnp.full(self.samples, 1.0 / self.samples))

@@ -1,7 +1,11 @@
-"""Integrating the order-parameter ODEs with diffrax."""
+"""Integrating the order-parameter ODEs with diffrax: one integrator description, one call
+site of `diffeqsolve` ([`solve`][]) for every ODE headflow integrates (trajectories, the
+tangent-linear equation, fixed points, sweeps)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
 
 import diffrax as dfx
 import equinox as eqx
@@ -10,12 +14,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import ConfigError, DivergenceError, HeadflowError
-from .._overlaps import Overlaps
-from ._fields import AbstractField
+from .._errors import ConfigError, DivergenceError, HeadflowError, require_x64
+from .._overlaps import CROSS_OVERLAPS, ORDER_PARAMETERS, Overlaps
+from .._stop import check_stop, stop_flag
+from ..fields import AbstractField
 
 BLOWUP = 1e6
-"""Overlaps larger than this (in absolute value) mean the run diverges: the solve stops there."""
+"""Default blow-up level: overlaps larger than this (in absolute value) mean the run
+diverges, and the solve stops there."""
 
 _IMPLICIT = ("kvaerno3", "kvaerno4", "kvaerno5", "implicit_euler", "kencarp3", "kencarp4",
              "kencarp5")
@@ -43,6 +49,88 @@ def get_solver(name: str) -> dfx.AbstractSolver:
         raise ConfigError(f"ode.solver = {name!r}: cannot be used here ({err})") from None
 
 
+class BlowUp(eqx.Module):
+    """The divergence rule, a diffrax event condition: the solve stops once any entry of the
+    state exceeds `threshold` in absolute value or is not finite."""
+
+    threshold: float = BLOWUP
+
+    def __call__(self, t, y, args, **kwargs) -> Array:
+        del t, args, kwargs
+        big = jnp.max(jnp.asarray([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(y)]))
+        return ~(big < self.threshold)  # also true for NaN
+
+
+class Integrator(eqx.Module):
+    """How to integrate: a diffrax `solver`, a step-size `controller`, the first step `dt0`
+    (None: chosen by the controller), `max_steps`, the `blowup` rule (None: none), and whether
+    a stop request ([`dynamics.request_stop`][]) ends the solve at its next step
+    (`interruptible`).
+
+    Built once from the config ([`from_config`][]) and passed to [`integrate`][] / [`solve`][].
+    """
+
+    solver: dfx.AbstractSolver
+    controller: dfx.AbstractStepSizeController
+    max_steps: int = eqx.field(static=True, default=100000)
+    blowup: BlowUp | None = BlowUp()
+    dt0: float | None = eqx.field(static=True, default=None)
+    interruptible: bool = eqx.field(static=True, default=True)
+
+    @classmethod
+    def adaptive(cls, solver: str | dfx.AbstractSolver = "tsit5", *, rtol: float = 1e-6,
+                 atol: float = 1e-8, max_steps: int = 100000,
+                 blowup: BlowUp | None = BlowUp()) -> Integrator:
+        """An adaptive-step integrator (PID controller at `rtol`, `atol`)."""
+        solver = get_solver(solver) if isinstance(solver, str) else solver
+        return cls(solver=solver, controller=dfx.PIDController(rtol=rtol, atol=atol),
+                   max_steps=max_steps, blowup=blowup)
+
+    @classmethod
+    def from_config(cls, ode: Any, **overrides: Any) -> Integrator:
+        """From the `[ode]` table (`solver`, `rtol`, `atol`, `max_steps`); `overrides` replace
+        any of those."""
+        opts = {"solver": ode.solver, "rtol": ode.rtol, "atol": ode.atol,
+                "max_steps": ode.max_steps, **overrides}
+        return cls.adaptive(**opts)
+
+    @property
+    def rtol(self) -> float:
+        return float(getattr(self.controller, "rtol", np.nan))
+
+    def replace(self, **changes: Any) -> Integrator:
+        return dataclasses.replace(self, **changes)
+
+
+@eqx.filter_jit
+def solve(terms, y0, ts: Float[Array, " T"], integrator: Integrator, *, args=None,
+          progress: dfx.AbstractProgressMeter = dfx.NoProgressMeter(),
+          adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint()) -> dfx.Solution:
+    """`diffrax.diffeqsolve` from `ts[0]` to `ts[-1]`, saving at `ts`, with `integrator`'s
+    settings; never raises (`throw=False`: read `result`). Pure, so it can be vmapped
+    (sweeps) and differentiated."""
+    event = _event(integrator.blowup, integrator.interruptible)
+    return dfx.diffeqsolve(terms, integrator.solver, t0=ts[0], t1=ts[-1], dt0=integrator.dt0,
+                           y0=y0, args=args, saveat=dfx.SaveAt(ts=ts),
+                           stepsize_controller=integrator.controller,
+                           max_steps=integrator.max_steps, throw=False, progress_meter=progress,
+                           event=event, adjoint=adjoint)
+
+
+class _Stop(eqx.Module):
+    blowup: BlowUp | None
+
+    def __call__(self, t, y, args, **kwargs) -> Array:
+        stop = stop_flag()
+        return stop if self.blowup is None else stop | self.blowup(t, y, args, **kwargs)
+
+
+def _event(blowup: BlowUp | None, interruptible: bool) -> dfx.Event | None:
+    if interruptible:
+        return dfx.Event(_Stop(blowup))
+    return None if blowup is None else dfx.Event(blowup)
+
+
 class ODESolution(eqx.Module):
     """States on the save grid and solver statistics."""
 
@@ -65,67 +153,60 @@ def check_initial_state(field: AbstractField, ov0: Overlaps, rho: float) -> None
                                 "config")
     ov0.check_psd(rho, what="initial overlaps")
     d0 = eqx.filter_jit(lambda f, o: f(0.0, o))(field, ov0)
-    bad = [k for k, v in zip(want, (d0.m, d0.q, d0.n, d0.s, d0.b, d0.kv, d0.kvs, d0.vks))
-           if not bool(jnp.all(jnp.isfinite(v)))]
+    bad = [k for k in ORDER_PARAMETERS + CROSS_OVERLAPS
+           if not bool(jnp.all(jnp.isfinite(getattr(d0, k))))]
     if bad:
         raise DivergenceError(f"the ODE vector field is NaN/inf at the initial state (in d"
                               f"{', d'.join(bad)}/dt); check the initial overlaps and the "
                               "prior amplitude")
 
 
-def integrate(field: AbstractField, ov0: Overlaps, ts, *, solver: str = "tsit5",
-              rtol: float = 1e-6, atol: float = 1e-8, max_steps: int = 100000,
+def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *,
               progress: bool = False, check: bool = True) -> ODESolution:
-    """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64,
-    adaptive step size with a PID controller).
+    """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
 
-    **Arguments:** `field` a vector field ([`ManifoldField`][] or [`FullField`][]), `ov0` the
-    initial state, `ts` the save times, `solver` a diffrax solver name (stiff problems:
-    `"kvaerno5"`), tolerances, `max_steps`, `progress` (diffrax's tqdm meter), `check` the
-    initial-state checks.
+    **Arguments:** `field` a vector field (e.g. [`dynamics.fields.ManifoldField`][]), `ov0` the
+    initial state, `ts` the save times, `integrator` the solver settings, `progress`
+    (diffrax's tqdm meter), `check` the initial-state checks.
 
     **Raises:** [`HeadflowError`][] when the solver hits `max_steps`; [`DivergenceError`][] when
-    the state or the vector field becomes NaN/inf.
+    the state blows up or becomes NaN/inf.
     """
+    require_x64("the order-parameter ODEs")
+    check_stop()
     ts = np.asarray(ts, dtype=np.float64)
     if check:
         check_initial_state(field, ov0, field.model.rho)
     meter = dfx.TqdmProgressMeter(refresh_steps=20) if progress else dfx.NoProgressMeter()
-    sol = _solve(field, ov0, jnp.asarray(ts), get_solver(solver), rtol, atol, max_steps, meter)
-    result = sol.result
+    sol = solve(dfx.ODETerm(field), ov0, jnp.asarray(ts), integrator, progress=meter)
     ys = sol.ys
     finite = np.asarray(jax.vmap(lambda o: jnp.all(jnp.asarray(
         [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(o)])))(ys))
+    explain(sol.result, ts, finite, integrator)
+    stats = sol.stats
+    assert ys is not None
+    return ODESolution(t=jnp.asarray(ts), overlaps=ys, num_steps=int(stats["num_steps"]),
+                       num_rejected=int(stats["num_rejected_steps"]))
+
+
+def explain(result, ts: np.ndarray, finite: np.ndarray, integrator: Integrator) -> None:
+    """Turn a failed solve into a one-line error (`finite`: which saved states are finite);
+    [`dynamics.Interrupted`][] when a stop request ended it."""
+    check_stop()
     if bool(result == dfx.RESULTS.max_steps_reached):
         reached = ts[finite.sum() - 1] if finite.any() else ts[0]
-        raise HeadflowError(f"ODE solver hit ode.max_steps = {max_steps} near t = {reached:.4g} "
-                            f"(t_max = {ts[-1]:.4g}); raise ode.max_steps, loosen ode.rtol/atol "
-                            "or try ode.solver = 'kvaerno5' if the problem is stiff")
+        raise HeadflowError(f"ODE solver hit ode.max_steps = {integrator.max_steps} near "
+                            f"t = {reached:.4g} (t_max = {ts[-1]:.4g}); raise ode.max_steps, "
+                            "loosen ode.rtol/atol or try ode.solver = 'kvaerno5' if the "
+                            "problem is stiff")
     if bool(result == dfx.RESULTS.event_occurred):
         reached = ts[max(int(finite.sum()) - 1, 0)]
+        level = integrator.blowup.threshold if integrator.blowup is not None else np.inf
         raise DivergenceError(f"ODE diverged after t = {reached:.4g}: the overlaps exceeded "
-                              f"{BLOWUP:.0e} in absolute value; try a smaller training.lr "
+                              f"{level:.0e} in absolute value; try a smaller training.lr "
                               "(the SGD-noise terms grow like η²)")
     if bool(result != dfx.RESULTS.successful) or not finite.all():
         first_bad = ts[int(np.argmin(finite))] if not finite.all() else ts[-1]
         raise DivergenceError(f"ODE diverged before t = {first_bad:.4g}: "
                               "the order parameters or the vector field became NaN/inf; try a "
                               "smaller training.lr or a stiff solver (ode.solver = 'kvaerno5')")
-    stats = sol.stats
-    return ODESolution(t=jnp.asarray(ts), overlaps=ys, num_steps=int(stats["num_steps"]),
-                       num_rejected=int(stats["num_rejected_steps"]))
-
-
-@eqx.filter_jit
-def _solve(field, ov0, ts, solver, rtol, atol, max_steps, meter):
-    return dfx.diffeqsolve(dfx.ODETerm(field), solver, t0=ts[0], t1=ts[-1], dt0=None, y0=ov0,
-                           saveat=dfx.SaveAt(ts=ts),
-                           stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
-                           max_steps=max_steps, throw=False, progress_meter=meter,
-                           event=dfx.Event(_blowup))
-
-
-def _blowup(t, y, args, **kwargs):
-    leaves = jax.tree.leaves(y)
-    big = jnp.max(jnp.asarray([jnp.max(jnp.abs(x)) for x in leaves]))
-    return ~(big < BLOWUP)  # also true for NaN

@@ -9,13 +9,16 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._errors import ConfigError
 from .._model import Model
 from .._overlaps import Overlaps
-from .._risk import key_dims, population_risk
+from .._risk import population_risk, risk_nodes
+from .._steps import StepSizes
 from ..config import Config
-from ..expectations import AbstractExpectation, get_expectation
-from ._fields import AbstractField, FullField, Hyper, ManifoldField
-from ._integrate import integrate
+from ..expectations import AbstractExpectation, AbstractNodes, get_expectation
+from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
+from ..symbolic import SymbolicField
+from ._integrate import Integrator, integrate
 from ._state import random_start, symmetric_start
 
 
@@ -31,34 +34,36 @@ class ODEResult(eqx.Module):
     num_rejected: int = eqx.field(static=True, default=0)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The `ode.npz` arrays of the interface spec."""
-        ov = self.overlaps
-        out = {"t": self.t, "risk": self.risk, "risk_err": self.risk_err, "m": ov.m, "q": ov.q,
-               "n": ov.n, "s": ov.s, "b": ov.b, "kv": ov.kv, "kvs": ov.kvs, "vks": ov.vks}
-        return {k: np.asarray(v) for k, v in out.items()}
+        """The `ode.npz` arrays (see the README)."""
+        return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
+                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays()}
 
 
 def backend_of(cfg: Config) -> AbstractExpectation:
+    """The expectation backend of `[ode]` (`expectation`, `samples`, `seed`)."""
     return get_expectation(cfg.ode.expectation, cfg.ode.samples, seed=cfg.ode.seed)
 
 
+_FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] = {
+    ("manifold", "autodiff"): ManifoldField,
+    ("full", "autodiff"): FullField,
+    ("manifold", "symbolic"): SymbolicField,
+}
+
+
 def build_field(cfg: Config, model: Model | None = None,
-                backend: AbstractExpectation | None = None) -> AbstractField:
-    """The vector field selected by `[ode] form` and `[ode] rhs`."""
+                backend: AbstractExpectation | None = None, *,
+                max_group: int = MAX_GROUP) -> AbstractField:
+    """The vector field selected by `[ode] form` and `[ode] rhs`, with the step sizes of
+    `[training]` and the `η²` terms as `[ode] sgd_noise` says."""
     model = cfg.build_model() if model is None else model
     backend = backend_of(cfg) if backend is None else backend
-    hyper = Hyper.from_config(cfg)
-    if cfg.ode.rhs == "symbolic":
-        from ..symbolic import SymbolicField  # generated code (docs/equations.md)
-
-        if cfg.ode.form != "manifold":
-            from .._errors import ConfigError
-
-            raise ConfigError("ode.rhs = 'symbolic' is derived on the invariant manifold; "
-                              "use ode.form = 'manifold'")
-        return SymbolicField.build(model, hyper, backend)
-    cls = ManifoldField if cfg.ode.form == "manifold" else FullField
-    return cls.build(model, hyper, backend)
+    key = (cfg.ode.form, cfg.ode.rhs)
+    if key not in _FIELDS:
+        raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
+                          "use ode.form = 'manifold'")
+    return _FIELDS[key].build(model, StepSizes.from_config(cfg.training), backend,
+                              sgd_noise=cfg.ode.sgd_noise, max_group=max_group)
 
 
 def initial_state(cfg: Config, model: Model | None = None) -> Overlaps:
@@ -77,13 +82,13 @@ def initial_state(cfg: Config, model: Model | None = None) -> Overlaps:
     return ov.on_manifold() if cfg.ode.form == "manifold" else ov
 
 
-def trajectory_risk(model: Model, ov: Overlaps, backend: AbstractExpectation, *,
+def trajectory_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes, *,
                     manifold: bool) -> tuple[Array, Array]:
-    """Population risk and its error along a trajectory (common random numbers)."""
-    nodes = backend.nodes(key_dims(model))
+    """Population risk and its error along a trajectory (leaves `(T, ...)`; common random
+    numbers)."""
+    nodes = rule if isinstance(rule, AbstractNodes) else risk_nodes(model, rule)
     f = jax.jit(lambda o, nodes: jax.lax.map(
-        lambda oi: population_risk(model, oi, backend, nodes, manifold=manifold), o,
-        batch_size=8))
+        lambda oi: population_risk(model, oi, nodes, manifold=manifold), o, batch_size=8))
     return f(ov, nodes)
 
 
@@ -98,10 +103,9 @@ def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
     if cfg.ode.form == "manifold":
         ov0 = ov0.on_manifold()
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-    o = cfg.ode
     sol = integrate(field, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0), times,
-                    solver=o.solver, rtol=o.rtol, atol=o.atol, max_steps=o.max_steps,
-                    progress=progress)
-    risk, err = trajectory_risk(model, sol.overlaps, backend, manifold=o.form == "manifold")
+                    Integrator.from_config(cfg.ode), progress=progress)
+    risk, err = trajectory_risk(model, sol.overlaps, backend,
+                                manifold=cfg.ode.form == "manifold")
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=risk, risk_err=err,
                      num_steps=sol.num_steps, num_rejected=sol.num_rejected)

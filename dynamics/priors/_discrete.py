@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -11,8 +13,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._errors import ConfigError
-from ._base import AbstractPrior
+from ._base import REQUIRED, AbstractPrior, Param, finite_nonnegative, register_prior, vector
 
 
 class AbstractDiscretePrior(AbstractPrior):
@@ -49,62 +50,56 @@ class AbstractDiscretePrior(AbstractPrior):
         return theta, self.weights
 
     def log_pi(self, c):
-        logits = c @ self.points.T - 0.5 * jnp.sum(self.points**2, axis=-1)
-        return jax.nn.logsumexp(logits, axis=-1, b=self.weights)
+        lead = (1,) * (c.ndim - 1)          # explicit broadcasting over the batch axes
+        logits = c @ self.points.T - 0.5 * jnp.sum(self.points**2, axis=-1).reshape(*lead, -1)
+        return jax.nn.logsumexp(logits, axis=-1, b=self.weights.reshape(*lead, -1))
 
     def mean(self):
         return self.weights @ self.points
 
     def variance(self):
-        return self.weights @ (self.points - self.mean()) ** 2
+        return self.weights @ (self.points - self.mean()[None, :]) ** 2
 
-    def scaled(self, factor: float) -> Discrete:
+    def scaled(self, factor: float) -> AbstractDiscretePrior:
         return Discrete(points=self.points * factor, weights=self.weights)
 
 
-def _check_weights(weights: np.ndarray, key: str) -> None:
+def _check_weights(weights: np.ndarray, name: str) -> None:
     if weights.ndim != 1 or weights.size == 0:
-        raise ConfigError(f"{key}: must be a non-empty list of numbers")
+        raise ValueError(f"{name}: must be a non-empty list of numbers")
     if not np.all(np.isfinite(weights)) or np.any(weights < 0):
-        raise ConfigError(f"{key}: weights must be finite and non-negative, got {weights.tolist()}")
+        raise ValueError(f"{name}: weights must be finite and non-negative, got "
+                         f"{weights.tolist()}")
     if abs(weights.sum() - 1.0) > 1e-8:
-        raise ConfigError(f"{key}: weights must sum to 1, they sum to {weights.sum():.10g}")
+        raise ValueError(f"{name}: weights must sum to 1, they sum to {weights.sum():.10g}")
 
 
-class Discrete(AbstractDiscretePrior):
-    """A general discrete prior with given support points and weights."""
-
-    _points: Float[Array, "S F"]
-    _weights: Float[Array, " S"]
-
-    def __init__(self, points, weights=None):
-        pts = np.asarray(points, dtype=np.float64)
-        if pts.ndim != 2 or pts.shape[0] == 0 or pts.shape[1] == 0:
-            raise ConfigError(f"prior.points: must be a non-empty list of points (lists of F "
-                              f"numbers), got shape {pts.shape}")
-        if not np.all(np.isfinite(pts)):
-            raise ConfigError("prior.points: must be finite")
-        w = (np.full(pts.shape[0], 1.0 / pts.shape[0]) if weights is None
-             else np.asarray(weights, dtype=np.float64))
-        _check_weights(w, "prior.weights")
-        if w.shape[0] != pts.shape[0]:
-            raise ConfigError(f"prior.weights: {w.shape[0]} weights for {pts.shape[0]} points")
-        self._points = jnp.asarray(pts)
-        self._weights = jnp.asarray(w)
-
-    @property
-    def points(self):
-        return self._points
-
-    @property
-    def weights(self):
-        return self._weights
+def _points(value: Any, F: int) -> str | None:
+    try:
+        pts = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        return f"must be a list of points, each a list of F = {F} numbers"
+    if pts.ndim != 2 or pts.shape[1] != F:
+        return f"each point must have F = {F} coordinates (got shape {list(pts.shape)})"
+    return None
 
 
+_WEIGHTS_HELP = "probabilities of the support points (default uniform)"
+
+
+@register_prior
 class FlippedSpike(AbstractDiscretePrior):
-    """`θ = ±amplitude·u`, `+` with probability `p` (spec §1). With `p ≠ 1/2` the mean is
-    non-zero (it drives the unspecialized phase) and one softmax head cannot serve both signs
-    (it drives specialization)."""
+    """`θ = ±amplitude·u`, `+` with probability `p`. With `p ≠ 1/2` the mean is non-zero (it
+    drives the unspecialized phase) and one softmax head cannot serve both signs (it drives
+    specialization)."""
+
+    kind: ClassVar[str] = "flipped_spike"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("amplitude", float, 3.0, "|θ| = √ν, the spike amplitude", finite_nonnegative),
+        Param("p", float, 0.7, "probability of +"),
+        Param("direction", list, lambda F: [1.0] + [0.0] * (F - 1),
+              "the unit vector u (default e_1)", vector),
+    )
 
     amplitude: float
     p: float
@@ -113,11 +108,11 @@ class FlippedSpike(AbstractDiscretePrior):
     def __init__(self, amplitude: float, p: float, direction):
         u = np.asarray(direction, dtype=np.float64)
         if u.ndim != 1 or not np.all(np.isfinite(u)) or np.linalg.norm(u) == 0:
-            raise ConfigError("prior.direction: must be a non-zero vector of F numbers")
+            raise ValueError("direction: must be a non-zero vector of F numbers")
         if not 0.0 <= p <= 1.0:
-            raise ConfigError(f"prior.p = {p}: must lie in [0, 1]")
+            raise ValueError(f"p = {p}: must lie in [0, 1]")
         if not np.isfinite(amplitude) or amplitude < 0:
-            raise ConfigError(f"prior.amplitude = {amplitude}: must be finite and >= 0")
+            raise ValueError(f"amplitude = {amplitude}: must be finite and >= 0")
         self.amplitude = float(amplitude)
         self.p = float(p)
         self.direction = jnp.asarray(u / np.linalg.norm(u))
@@ -133,9 +128,21 @@ class FlippedSpike(AbstractDiscretePrior):
     def scaled(self, factor: float) -> FlippedSpike:
         return FlippedSpike(self.amplitude * factor, self.p, self.direction)
 
+    @classmethod
+    def from_params(cls, F: int, values: Mapping[str, Any]) -> AbstractPrior:
+        del F
+        return cls(values["amplitude"], values["p"], values["direction"])
 
+
+@register_prior
 class OneHot(AbstractDiscretePrior):
     """`θ = amplitude·e_f` with `f` drawn with the given weights (uniform by default)."""
+
+    kind: ClassVar[str] = "one_hot"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("amplitude", float, 3.0, "|θ| = √ν, the spike amplitude", finite_nonnegative),
+        Param("weights", list, None, "probabilities of the F directions (default uniform)"),
+    )
 
     amplitude: float
     _weights: Float[Array, " F"]
@@ -143,11 +150,11 @@ class OneHot(AbstractDiscretePrior):
 
     def __init__(self, amplitude: float, F: int, weights=None):
         if not np.isfinite(amplitude) or amplitude < 0:
-            raise ConfigError(f"prior.amplitude = {amplitude}: must be finite and >= 0")
+            raise ValueError(f"amplitude = {amplitude}: must be finite and >= 0")
         w = np.full(F, 1.0 / F) if weights is None else np.asarray(weights, dtype=np.float64)
-        _check_weights(w, "prior.weights")
+        _check_weights(w, "weights")
         if w.shape[0] != F:
-            raise ConfigError(f"prior.weights: one_hot needs F = {F} weights, got {w.shape[0]}")
+            raise ValueError(f"weights: one_hot needs F = {F} weights, got {w.shape[0]}")
         self.amplitude = float(amplitude)
         self._weights = jnp.asarray(w)
         self._F = int(F)
@@ -162,3 +169,51 @@ class OneHot(AbstractDiscretePrior):
 
     def scaled(self, factor: float) -> OneHot:
         return OneHot(self.amplitude * factor, self._F, self._weights)
+
+    @classmethod
+    def from_params(cls, F: int, values: Mapping[str, Any]) -> AbstractPrior:
+        return cls(values["amplitude"], F, values["weights"])
+
+
+@register_prior
+class Discrete(AbstractDiscretePrior):
+    """A general discrete prior with given support points and weights."""
+
+    kind: ClassVar[str] = "discrete"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("amplitude", float, 1.0, "a factor on the support points",
+              finite_nonnegative),
+        Param("points", list, REQUIRED, "support points: S lists of F numbers", _points),
+        Param("weights", list, None, _WEIGHTS_HELP),
+    )
+
+    _points: Float[Array, "S F"]
+    _weights: Float[Array, " S"]
+
+    def __init__(self, points, weights=None):
+        pts = np.asarray(points, dtype=np.float64)
+        if pts.ndim != 2 or pts.shape[0] == 0 or pts.shape[1] == 0:
+            raise ValueError(f"points: must be a non-empty list of points (lists of F "
+                             f"numbers), got shape {pts.shape}")
+        if not np.all(np.isfinite(pts)):
+            raise ValueError("points: must be finite")
+        w = (np.full(pts.shape[0], 1.0 / pts.shape[0]) if weights is None
+             else np.asarray(weights, dtype=np.float64))
+        _check_weights(w, "weights")
+        if w.shape[0] != pts.shape[0]:
+            raise ValueError(f"weights: {w.shape[0]} weights for {pts.shape[0]} points")
+        self._points = jnp.asarray(pts)
+        self._weights = jnp.asarray(w)
+
+    @property
+    def points(self):
+        return self._points
+
+    @property
+    def weights(self):
+        return self._weights
+
+    @classmethod
+    def from_params(cls, F: int, values: Mapping[str, Any]) -> AbstractPrior:
+        del F
+        return cls(values["points"], values["weights"]).scaled(values["amplitude"])

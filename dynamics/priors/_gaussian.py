@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import ConfigError
-from ._base import AbstractPrior
+from ._base import AbstractPrior, Param, finite_nonnegative, register_prior, vector
 
 
+@register_prior
 class Gaussian(AbstractPrior):
     """`θ ~ N(μ, diag(σ²))`. The paper's claim: heads learn the features in the order of the
     variances `σ_f²`."""
+
+    kind: ClassVar[str] = "gaussian"
+    params: ClassVar[tuple[Param, ...]] = (
+        Param("amplitude", float, 1.0, "a factor on the mean and the standard deviations",
+              finite_nonnegative),
+        Param("mean", list, lambda F: [0.0] * F, "μ: F numbers (default 0)", vector),
+        Param("var", list, lambda F: [1.0] * F, "σ²: F variances > 0 (default 1)", vector),
+    )
 
     mu: Float[Array, " F"]
     var: Float[Array, " F"]
@@ -22,13 +33,13 @@ class Gaussian(AbstractPrior):
         mu = np.atleast_1d(np.asarray(mean, dtype=np.float64))
         v = np.atleast_1d(np.asarray(var, dtype=np.float64))
         if mu.ndim != 1 or v.ndim != 1:
-            raise ConfigError("prior.mean and prior.var: must be lists of F numbers")
+            raise ValueError("mean and var: must be lists of F numbers")
         if mu.shape != v.shape:
-            raise ConfigError(f"prior.mean has {mu.size} entries but prior.var has {v.size}")
+            raise ValueError(f"mean has {mu.size} entries but var has {v.size}")
         if not np.all(np.isfinite(mu)):
-            raise ConfigError("prior.mean: must be finite")
+            raise ValueError("mean: must be finite")
         if not np.all(np.isfinite(v)) or np.any(v <= 0):
-            raise ConfigError(f"prior.var: variances must be finite and > 0, got {v.tolist()}")
+            raise ValueError(f"var: variances must be finite and > 0, got {v.tolist()}")
         self.mu = jnp.asarray(mu)
         self.var = jnp.asarray(v)
 
@@ -42,15 +53,18 @@ class Gaussian(AbstractPrior):
 
     def sample(self, key, shape=(), dtype=jnp.float64):
         g = jr.normal(key, (*shape, self.F), dtype=dtype)
-        return (self.mu + jnp.sqrt(self.var) * g).astype(dtype)
+        lead = (1,) * len(shape)
+        return (self.mu.reshape(*lead, -1) + jnp.sqrt(self.var).reshape(*lead, -1) * g
+                ).astype(dtype)
 
     def theta_nodes(self, normals):
-        return (self.mu + jnp.sqrt(self.var) * normals)[None], jnp.ones(1)
+        return (self.mu[None, :] + jnp.sqrt(self.var)[None, :] * normals)[None], jnp.ones(1)
 
     def log_pi(self, c):
-        # E exp(θ·c − |θ|²/2) for θ ~ N(μ, Σ), Σ diagonal: spec §7.
-        d = c - self.mu
-        shrink = self.var / (1.0 + self.var)
+        # E exp(θ·c − |θ|²/2) for θ ~ N(μ, Σ), Σ diagonal (docs/model.md, Bayes-optimal risk)
+        lead = (1,) * (c.ndim - 1)          # explicit broadcasting over the batch axes
+        d = c - self.mu.reshape(*lead, -1)
+        shrink = (self.var / (1.0 + self.var)).reshape(*lead, -1)
         return (c @ self.mu + 0.5 * jnp.sum(shrink * d**2, axis=-1)
                 - 0.5 * jnp.sum(self.mu**2) - 0.5 * jnp.sum(jnp.log1p(self.var)))
 
@@ -62,3 +76,8 @@ class Gaussian(AbstractPrior):
 
     def scaled(self, factor: float) -> Gaussian:
         return Gaussian(self.mu * factor, self.var * factor**2)
+
+    @classmethod
+    def from_params(cls, F: int, values: Mapping[str, Any]) -> AbstractPrior:
+        del F
+        return cls(values["mean"], values["var"]).scaled(values["amplitude"])

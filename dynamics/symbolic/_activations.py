@@ -1,30 +1,47 @@
-"""Attention activations written as sympy expressions, and their Jacobians derived from those
+"""Attention activations as sympy expressions, and their Jacobians derived from those
 definitions.
 
 Each activation is a ratio `A_{hℓ} = num(h, ℓ) / N_h` of a numerator per head and token and a
 normalizer per head (the same for all heads for Bayes-softmax), written in index notation from
-the logits `χ_{hℓ}` and biases `b_h` (spec §2). The Jacobians `∂A_{hℓ}/∂χ_{kp}` and
-`∂A_{hℓ}/∂b_k` are *derived*: sympy differentiates `log A = log num − log N`, the sums over
-Kronecker deltas are contracted, and the result is rewritten in terms of the weights themselves
-by substituting the definition back (`num(x, y) = A_{xy} N`). [`derive_jacobians`][] checks that
-no logit survives, i.e. that the Jacobian closes on A.
-
-Adding an activation: one more [`SymbolicActivation`][] in `ACTIVATIONS` under the name of the
-numeric activation (`dynamics.activations`).
+the logits `χ_{hℓ}` and biases `b_h` (`docs/model.md#the-student-attention-heads`). The
+definition comes from the activation's own file (`AbstractActivation.symbolic`, given the
+namespace [`SYMBOLS`][]); the Jacobians `∂A_{hℓ}/∂χ_{kp}` and `∂A_{hℓ}/∂b_k` are *derived*:
+sympy differentiates `log A = log num − log N`, the sums over Kronecker deltas are contracted,
+and the result is rewritten in terms of the weights themselves by substituting the definition
+back (`num(x, y) = A_{xy} N`). [`derive_jacobians`][] checks that no logit survives, i.e. that
+the Jacobian closes on A.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import types
 from collections.abc import Callable
 
 import sympy as sp
 
 from .._errors import ConfigError
+from ..activations import activation_class, activation_names
 from ._algebra import A, H, L, b, chi, contract, ell, fresh, h, k, p, rename
 
 _Z = sp.Symbol("N")  # the normalizer, while it is being eliminated
+
+_T = fresh("token", {h, k, ell, p})   # ℓ', the normalizer's dummies
+_HD = fresh("head", {h, k})           # h'
+_UPPER = {"token": (_T, L), "head": (_HD, H)}
+
+
+def _sum(fn: Callable[..., sp.Expr], over: tuple[str, ...]) -> sp.Expr:
+    """`Σ fn(i, …)` over fresh dummies of the kinds `over` (one sympy `Sum`, inner kind last)."""
+    dummies = [_UPPER[kd] for kd in over]
+    limits = [(d, 1, up) for d, up in reversed(dummies)]
+    return sp.Sum(fn(*(d for d, _ in dummies)), *limits)
+
+
+SYMBOLS = types.SimpleNamespace(chi=chi, b=b, H=H, L=L, exp=sp.exp, sum=_sum)
+"""What an activation's `symbolic(s)` builds its definition from (`s.chi[h, ℓ]`, `s.b[h]`,
+`s.exp`, `s.sum(fn, over=("token",))` or `over=("head", "token")`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,42 +61,23 @@ class SymbolicActivation:
         return self.numerator(hh, ll) / self.normalizer(hh)
 
 
-_T = fresh("token", {h, k, ell, p})   # ℓ', the normalizer's dummies
-_HD = fresh("head", {h, k})           # h'
-
-
-_SOFTMAX = SymbolicActivation(
-    "softmax",
-    numerator=lambda hh, ll: sp.exp(chi[hh, ll]),
-    normalizer=lambda hh: sp.Sum(sp.exp(chi[hh, _T]), (_T, 1, L)),
-    latex=r"A_{h\ell} = \frac{e^{\chi_{h\ell}}}{\sum_{\ell'} e^{\chi_{h\ell'}}}")
-
-_SOFTMAX1 = SymbolicActivation(
-    "softmax1",
-    numerator=lambda hh, ll: sp.exp(chi[hh, ll] + b[hh]),
-    normalizer=lambda hh: 1 + sp.Sum(sp.exp(chi[hh, _T] + b[hh]), (_T, 1, L)),
-    latex=r"A_{h\ell} = \frac{e^{\chi_{h\ell} + b_h}}{1 + \sum_{\ell'} e^{\chi_{h\ell'} + b_h}}")
-
-_BAYES = SymbolicActivation(
-    "bayes_softmax",
-    numerator=lambda hh, ll: sp.exp(chi[hh, ll] + b[hh]),
-    normalizer=lambda hh: sp.Sum(sp.exp(chi[_HD, _T] + b[_HD]), (_T, 1, L), (_HD, 1, H)),
-    latex=r"A_{h\ell} = \frac{e^{\chi_{h\ell} + b_h}}{\sum_{h'\ell'} e^{\chi_{h'\ell'} + b_{h'}}}")
-
-ACTIVATIONS: dict[str, SymbolicActivation] = {
-    a.name: a for a in (_SOFTMAX, _SOFTMAX1, _BAYES)}
-"""The activations with a symbolic definition, by config name."""
+def symbolic_names() -> tuple[str, ...]:
+    """The registered activations that have a symbolic definition, in registration order."""
+    return tuple(n for n in activation_names()
+                 if activation_class(n).symbolic(SYMBOLS) is not None)
 
 
 def symbolic_activation(name: str) -> SymbolicActivation:
     """The symbolic definition of the activation `name`, or a one-line error."""
-    try:
-        return ACTIVATIONS[name]
-    except KeyError:
+    definition = (activation_class(name).symbolic(SYMBOLS) if name in activation_names()
+                  else None)
+    if definition is None:
         raise ConfigError(
-            f"ode.rhs = 'symbolic': activation {name!r} has no symbolic definition (known: "
-            f"{', '.join(ACTIVATIONS)}); add one in dynamics/symbolic/_activations.py or use "
-            "ode.rhs = 'autodiff'") from None
+            f"ode.rhs = 'symbolic': activation {name!r} has no symbolic definition (those with "
+            f"one: {', '.join(symbolic_names())}); give its class a `symbolic` method or use "
+            "ode.rhs = 'autodiff'")
+    return SymbolicActivation(name, definition.numerator, definition.normalizer,
+                              definition.latex)
 
 
 def _close_on_A(act: SymbolicActivation, expr: sp.Expr) -> sp.Expr:

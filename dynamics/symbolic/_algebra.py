@@ -55,7 +55,7 @@ Ghat = sp.IndexedBase(r"\hat{G}")       # E[G^χ | keys] = ∂(½e²)/∂χ
 u = sp.IndexedBase("u")                 # ∂(½e²)/∂A
 e2 = sp.Symbol("e^2")                   # E[(ŷ − y)² | keys]
 
-# the generic local-field derivation (spec §6)
+# the generic local-field derivation (`docs/ode.md#derivation-of-the-odes`)
 Omega = sp.IndexedBase("Omega")         # Gram matrix of all vectors / D
 lam_f = sp.IndexedBase("lambda")        # local fields λ_{iℓ} = w_i·x_ℓ/√D
 G = sp.IndexedBase("G")                 # ∂ℓ/∂λ_{iℓ}
@@ -174,7 +174,7 @@ def _avoid_capture(e: sp.Basic, names: set) -> sp.Basic:
 
     def do(sm: sp.Sum) -> sp.Basic:
         fn = _avoid_capture(sm.function, names)
-        ren = {}
+        ren: dict = {}
         for lm in sm.limits:
             if lm[0] in names:
                 ren[lm[0]] = fresh(kind(lm[0]), names | e.free_symbols | fn.free_symbols
@@ -229,7 +229,7 @@ def prenex(term: sp.Basic) -> tuple[sp.Basic, tuple]:
         if isinstance(fac, sp.Sum):
             inner, inner_limits = prenex(fac.function)
             lims = list(fac.limits) + list(inner_limits)
-            ren = {}
+            ren: dict = {}
             for lm in lims:
                 v = lm[0]
                 if v in taken:
@@ -252,7 +252,8 @@ def canonical(e: sp.Basic, *, pretty: bool = False, _outer=frozenset()) -> sp.Ba
     def do(sm: sp.Sum) -> sp.Basic:
         fn = canonical(sm.function, pretty=pretty, _outer=frozenset(top))
         outer = sm.free_symbols | top
-        ren, new_limits = {}, []
+        ren: dict = {}
+        new_limits: list = []
         for lm in sm.limits:
             v = lm[0]
             nv = fresh(kind(v), outer | set(ren.values()) | (fn.free_symbols - {v}),
@@ -313,7 +314,7 @@ class LinearForm:
 def _apart(t: Term, avoid) -> Term:
     """Rename `t`'s summation dummies away from the symbols `avoid`."""
     dummies = {lm[0] for lm in t.limits}
-    ren = {}
+    ren: dict = {}
     taken = set(avoid) | ((t.coef.free_symbols | t.var.free_symbols) - dummies)
     for lm in t.limits:
         v = lm[0]
@@ -382,7 +383,7 @@ def rename(e: sp.Basic, mapping: dict) -> sp.Basic:
 
     def apart(sm: sp.Sum) -> sp.Basic:
         fn = apart_all(sm.function)
-        ren = {}
+        ren: dict = {}
         for lm in sm.limits:
             if lm[0] in new:
                 ren[lm[0]] = fresh(kind(lm[0]), new | sm.free_symbols | fn.free_symbols

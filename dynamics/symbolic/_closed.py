@@ -1,8 +1,10 @@
 """The closed-form pieces of the system (issue 4, item 4), derived with sympy:
 
 - [`risk`][]: `R = Δ² + ρ* − 2 Σ_h n_h a_h + Σ_{hk} s_{hk} C_{hk}` from the conditional error;
-- [`limits`][]: `ŷ ≡ 0 ⇒ R = Δ² + ρ*` (spec §5); `θ ≡ 0 ⇒ R_Bayes = Δ² + ρ*(1 − 1/L)` and
-  infinite signal `⇒ R_Bayes → Δ²` (spec §7);
+- [`limits`][]: `ŷ ≡ 0 ⇒ R = Δ² + ρ*` (`docs/model.md#population-risk`); `θ ≡ 0 ⇒ R_Bayes = Δ² +
+  ρ*(1 − 1/L)` and
+  infinite signal `⇒ R_Bayes → Δ²`
+  (`docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`);
 - [`bayes_construction`][]: with one Bayes-softmax head per support point, `Σ_h A_{hℓ}` is the
   posterior `p_ℓ` and `e² = Δ² + ρ*(1 − 2p_1 + Σ_ℓ p_ℓ²)`, hence `R = R_Bayes`;
 - [`paper_variables`][]: the key equations in `(m, r = q − m mᵀ)` and the value overlaps
@@ -51,8 +53,11 @@ def risk() -> Equation:
 
 @functools.cache
 def limits() -> dict[str, Equation]:
-    """The limits of spec §5 and §7, each derived from the general expression."""
+    """The limits of `docs/model.md#population-risk`,
+    `docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`, each derived from the
+    general expression."""
     R = risk().rhs
+    assert isinstance(R, sp.Expr)
     out = {}
     zero_values = R.replace(lambda x: isinstance(x, sp.Indexed) and x.base in (n, s),
                             lambda x: sp.Integer(0))
@@ -92,7 +97,9 @@ def limits() -> dict[str, Equation]:
 
 @functools.cache
 def bayes_construction(sizes=((2, 2, 1), (3, 2, 2), (2, 3, 2))) -> dict:
-    """The Bayes-softmax construction (spec §7) in index notation, verified at `sizes`
+    """The Bayes-softmax construction
+    (`docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`) in index notation,
+    verified at `sizes`
     `(S = H, L, F)`: `m = Θ`, `q = ΘΘᵀ` (so `r = 0` and `χ_{hℓ} = Σ_f θ_{hf} χ*_{fℓ}`),
     `b_h = log p_h − |θ_h|²/2`, `n = ρ* 1`, `s = ρ* 11ᵀ`.
 
@@ -261,6 +268,7 @@ def gradient_flow() -> dict[str, Equation]:
                          -eta_b / 2 * Rb_[h])}
     # ∂R/∂(m, q, b) through a and C (chain rule on R = Δ² + ρ* − 2 n·a + Σ s C)
     R = risk().rhs
+    assert isinstance(R, sp.Expr)
     kk, kk2 = fresh("head", {h, k}), fresh("head", {h, k, fresh("head", {h, k})})
     dR_da = sp.diff(R, a_[kk])
     dR_dC = sp.diff(R, C_[kk, kk2])

@@ -26,6 +26,7 @@ import functools
 import itertools
 import linecache
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -71,7 +72,7 @@ def _compile(source: str, name: str, tag: str) -> Callable:
     """`exec` generated source (registered with linecache, so tracebacks show it)."""
     filename = f"<headflow-symbolic-{tag}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"jnp": jnp, "jax": jax, "bcast": bcast}
+    namespace: dict[str, Any] = {"jnp": jnp, "jax": jax, "bcast": bcast}
     exec(compile(source, filename, "exec"), namespace)
     return namespace[name]
 
@@ -193,7 +194,7 @@ def _grid(base: sp.IndexedBase, *dims: int):
     return [[_sym(base[i, j]) for j in range(1, dims[1] + 1)] for i in range(1, dims[0] + 1)]
 
 
-def _entries(lhs: sp.Expr, rhs: sp.Expr, sizes) -> list:
+def _entries(lhs: sp.Expr, rhs: sp.Expr, sizes: tuple[int, int, int]) -> list:
     """`[(code symbol, expression)]` for every entry of `lhs = rhs`."""
     free = list(lhs.indices) if isinstance(lhs, sp.Indexed) else []
     up = dict(zip(("head", "token", "feature"), sizes))
@@ -205,10 +206,16 @@ def _entries(lhs: sp.Expr, rhs: sp.Expr, sizes) -> list:
     return out
 
 
+def _two(pair) -> tuple[sp.Expr, sp.Expr]:
+    lhs, rhs = pair
+    return lhs, rhs
+
+
 def _stable_entries(activation: str, sizes) -> tuple[list, list]:
     """`([(M_i, max)], [(A_hl, ratio)])`: each ratio multiplied through by `e^{−M}`."""
     act = symbolic_activation(activation)
-    out, maxima = [], {}
+    out: list = []
+    maxima: dict = {}
     for lhs, e in _entries(A[h, ell], act.definition(h, ell), sizes):
         num, den = sp.fraction(sp.together(e))
         args = sorted({x.args[0] for x in (num + den).atoms(sp.exp)}, key=sp.default_sort_key)
@@ -245,13 +252,14 @@ def _scalar(activation, sizes, sgd_noise, M) -> Generated:
     Hn, Ln, Fn = sizes
     st = M.stages
     maxima, att = _stable_entries(activation, sizes)
-    stages = [maxima, att] + [_entries(*st[nm], sizes) for nm in ("u", "e2", "Ghat", "gbh")]
+    stages = [maxima, att] + [_entries(*_two(st[nm]), sizes) for nm in ("u", "e2", "Ghat", "gbh")]
     if sgd_noise:
-        stages.append(_entries(*st["Gamma"], sizes))
+        stages.append(_entries(*_two(st["Gamma"]), sizes))
     outs = [c for c in INTEGRANDS if sgd_noise or c not in ("Nk", "Nv")]
     shapes = {"a": (Hn,), "C": (Hn, Hn), "Tm": (Hn, Fn), "Tq": (Hn, Hn), "gb": (Hn,),
               "Nk": (Hn, Hn), "Nv": (Hn, Hn)}
-    flat = {c: [r for _, r in _entries(*M.integrands[_INTEGRAND_OF[c]], sizes)] for c in outs}
+    flat = {c: [r for _, r in _entries(*_two(M.integrands[_INTEGRAND_OF[c]]), sizes)]
+            for c in outs}
     args = [_grid(chi, Hn, Ln), _grid(chis, Fn, Ln), _grid(b, Hn), _grid(n, Hn),
             _grid(s, Hn, Hn), sp.Symbol("rho", real=True), sp.Symbol("Delta", real=True)]
     fn = sp.lambdify(args, [e for c in outs for e in flat[c]], modules="jax",

@@ -1,4 +1,5 @@
-"""The derivation of the order-parameter ODEs (spec §6), in index notation with sympy.
+"""The derivation of the order-parameter ODEs (`docs/ode.md#derivation-of-the-odes`), in index
+notation with sympy.
 
 1. [`local_field_ode`][]: from the SGD update of a student vector to the increments of its
    overlaps, the high-dimensional limit `x_ℓ·x_ℓ'/D → δ_{ℓℓ'}` and the time `t = steps/D`:
@@ -8,7 +9,9 @@
    chain rule through the activation's derived Jacobian, and the expectations collected into
    named quantities (`a_h`, `C_hk`, `T^m`, `T^q`, `N^k`, `N^v`, `g^b`), per activation.
 3. The paper's variables `(m, r, b, v)`, the closed-form pieces (risk, value-side equations,
-   limits of spec §5 and §7, the Bayes-softmax construction) and the gradient-flow form of the
+   limits of `docs/model.md#population-risk`,
+   `docs/model.md#bayes-optimal-risk-and-the-bayes-softmax-construction`, the Bayes-softmax
+   construction) and the gradient-flow form of the
    key drift (derivatives of `a` and `C`): see `_closed.py`.
 
 Every step is computed, not typed: the generic increments come from a small bilinear algebra of
@@ -57,7 +60,8 @@ class _V:
 
 
 def _gram(u: tuple, v: tuple) -> sp.Expr:
-    """`u·v` for basis vectors (the scale of each block fixed by the model, spec §1, §6)."""
+    """`u·v` for basis vectors (the scale of each block fixed by the model,
+    `docs/model.md#data-the-teacher`, `docs/ode.md#derivation-of-the-odes`)."""
     if u[0] == "w" and v[0] == "w":
         return D * Omega[u[1], v[1]]
     if u[0] == "x" and v[0] == "x":
@@ -74,7 +78,7 @@ def _dot(x: list[_V], y: list[_V], gram=_gram) -> sp.Expr:
     for t1 in x:
         taken = {lm[0] for lm in t1.limits}
         for t2 in y:
-            ren = {}
+            ren: dict = {}
             for lm in t2.limits:
                 if lm[0] in taken:
                     ren[lm[0]] = fresh(kind(lm[0]), taken | set(ren.values()))
@@ -122,7 +126,8 @@ def _over_samples(e: sp.Expr) -> sp.Expr:
 
 @functools.cache
 def local_field_ode() -> dict[str, Equation]:
-    """The generic ODE (spec §6) from one SGD step on a batch of B samples:
+    """The generic ODE (`docs/ode.md#derivation-of-the-odes`) from one SGD step on a batch of B
+    samples:
 
     `w_i ← (1 − ηλ/D) w_i − (η/(B√D)) Σ_β Σ_ℓ G_{iβℓ} x_{βℓ}` (the chain rule through
     `λ_{iβℓ} = w_i·x_{βℓ}/√D` gives `∂ℓ_β/∂w_i = Σ_ℓ G_{iβℓ} x_{βℓ}/√D`), teacher vectors fixed,
@@ -187,7 +192,8 @@ _h1, _l1 = sp.Symbol("h'", integer=True, positive=True), sp.Symbol("ell'",
 
 def value_cov(x: sp.Expr, y: sp.Expr) -> sp.Expr:
     """Covariances of the value fields, the teacher's value field and ξ given the key fields, on
-    the invariant manifold (spec §4-5): independent across tokens, zero mean,
+    the invariant manifold (`docs/model.md#order-parameters`, `docs/model.md#population-risk`):
+    independent across tokens, zero mean,
     `Cov(z_{hℓ}, z_{kp}) = s_{hk} δ_{ℓp}`, `Cov(z_{hℓ}, y*_p) = n_h δ_{ℓp}`,
     `Var y*_ℓ = ρ*`, `Var ξ = 1`."""
     def key(v):
@@ -417,7 +423,7 @@ def manifold_ode(activation: str) -> Manifold:
     # db/dt: E[∂ℓ/∂b_h | keys] = Cov(ŷ − y, ∂(ŷ − y)/∂b_h)
     bias_cond = -eta_b * Expect(isserlis([named(ERR), named(Yb[h])], named_cov))
     rhs["b"] = (sp.Derivative(b[h], sp.Symbol("t")), _recognize(bias_cond, named_defs))
-    for name, (lhs, e) in rhs.items():
+    for name, (_, e) in rhs.items():
         if e.has(Expect):
             raise AssertionError(f"{activation}: unnamed expectation left in d{name}/dt: {e}")
     return Manifold(activation=activation, jacobian=jc, jacobian_b=jb, stages=stages,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -9,8 +11,9 @@ from jaxtyping import Array, Float
 from .._model import Model
 from .._overlaps import FieldLaw, Overlaps
 from .._risk import over_theta, split_key_normals
-from ..expectations import AbstractExpectation
-from ..ode._fields import AbstractField, Hyper, ManifoldField
+from .._steps import StepSizes
+from ..expectations import AbstractExpectation, AbstractNodes
+from ..fields import MAX_GROUP, AbstractField, key_nodes
 from ._activations import symbolic_activation
 from ._codegen import INTEGRANDS, Generated, generate
 
@@ -21,7 +24,7 @@ class SymbolicField(AbstractField):
     `docs/equations.md`) instead of autodiff.
 
     Same Gaussian nodes, same field law and the same θ-average as
-    [`dynamics.ode.ManifoldField`][], so the two agree to round-off; only the per-node
+    [`dynamics.fields.ManifoldField`][], so the two agree to round-off; only the per-node
     integrands (the activation, `e²`, `Ĝ`, `ĝ^b`, `Γ`, ...) and the assembly of the ODE are the
     generated code.
 
@@ -29,28 +32,33 @@ class SymbolicField(AbstractField):
     `"scalar"` (every entry unrolled through `sympy.lambdify`; small cases only).
     """
 
+    model: Model
+    steps: StepSizes
+    nodes: AbstractNodes
+    sgd_noise: bool = eqx.field(static=True, default=True)
     style: str = eqx.field(static=True, default="einsum")
+    chunk: ClassVar[int] = 2048
 
     @classmethod
-    def build(cls, model: Model, hyper: Hyper, backend: AbstractExpectation, *,
+    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+              sgd_noise: bool = True, max_group: int = MAX_GROUP,
               style: str = "einsum") -> SymbolicField:
-        """**Arguments:** the model, step sizes and expectation backend, as for
-        `ManifoldField.build`. **Returns:** the field (the code is generated here, once per
-        process and case)."""
+        """**Arguments:** as for `ManifoldField.build` (the same nodes). **Returns:** the field
+        (the code is generated here, once per process and case)."""
         symbolic_activation(model.activation.name)  # a one-line error if there is none
-        # exactly ManifoldField's nodes (whatever its node construction: symmetrized orbits, ...)
-        nodes = ManifoldField.build(model, hyper, backend).nodes
-        field = cls(model=model, hyper=hyper, nodes=nodes, style=style)
+        field = cls(model=model, steps=steps, nodes=key_nodes(model, backend,
+                                                              max_group=max_group),
+                    sgd_noise=sgd_noise, style=style)
         field.generated()
         return field
 
     def generated(self) -> Generated:
         model = self.model
-        return generate(model.activation.name, model.H, model.L, model.F,
-                        self.hyper.sgd_noise, self.style)
+        return generate(model.activation.name, model.H, model.L, model.F, self.sgd_noise,
+                        self.style)
 
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
-        model, hp = self.model, self.hyper
+        model, hp = self.model, self.steps
         gen = self.generated()
         law = FieldLaw.from_overlaps(ov, model.rho, manifold=True)
         tn, g_star, g_perp = split_key_normals(model, x)

@@ -14,7 +14,7 @@ from sympy.printing.latex import LatexPrinter
 from sympy.printing.precedence import PRECEDENCE
 
 from . import _algebra as al
-from ._activations import ACTIVATIONS, symbolic_activation
+from ._activations import symbolic_activation, symbolic_names
 from ._closed import Raw, bayes_construction, gradient_flow, limits, paper_variables, risk
 from ._codegen import generate
 from ._derive import ERR, Equation, error_form, local_field_ode, manifold_ode
@@ -112,12 +112,40 @@ def _equation(e: Equation, label: bool = False) -> str:
     return _eq(e.lhs, e.rhs, e.label if label else None)
 
 
+def jacobian_section(name: str) -> str:
+    """Markdown of one activation's definition and its derived Jacobians."""
+    act = symbolic_activation(name)
+    M = manifold_ode(name)
+    return "".join([f"### `{name}`\n\n", _eq(al.A[al.h, al.ell], act.definition(al.h, al.ell)),
+                    _eq(Raw(r"\partial A_{h\ell}/\partial \chi_{kp}"), M.jacobian),
+                    _eq(Raw(r"\partial A_{h\ell}/\partial b_{k}"), M.jacobian_b)])
+
+
+def integrand_section(name: str) -> str:
+    """Markdown of one activation's per-node quantities of the reduced ODE."""
+    M = manifold_ode(name)
+    gbh = M.stages["gbh"]
+    return "".join([
+        f"### `{name}`\n\n",
+        _eq(M.stages["Ghat"][0], [M.stages["Ghat"][1], al.tidy(M.expanded["Ghat"], pretty=True)]),
+        _eq(gbh[0], [gbh[1], al.tidy(M.expanded["gbh"], pretty=True)] if gbh[1] != 0 else gbh[1]),
+        _eq(M.stages["Gamma"][0], al.tidy(M.stages["Gamma"][1], pretty=True)),
+        "Identities verified during the derivation: " + "; ".join(M.checks) + ".\n\n"])
+
+
+def render_activation(name: str) -> str:
+    """The equations of one activation (definition, Jacobians, per-node quantities of the
+    reduced ODE) as Markdown with LaTeX: what `docs/equations.md` shows for each activation."""
+    return jacobian_section(name) + integrand_section(name)
+
+
 @functools.cache
 def render() -> str:
     """The whole of `docs/equations.md` (cached: the derivation is deterministic)."""
     out = [_HEADER]
     gen = local_field_ode()
-    out.append("## 1. From the SGD step to the generic local-field ODE (spec §6)\n\n"
+    out.append("## 1. From the SGD step to the generic local-field ODE\n\n"
+               "(The derivation in words: [ode.md](ode.md#derivation-of-the-odes).) "
                "One step on a batch of B fresh samples (the gradient by the chain rule through "
                r"$\lambda_{i\beta\ell} = w_i\cdot x_{\beta\ell}/\sqrt D$, "
                r"$G_{i\beta\ell} = \partial\ell_\beta/\partial\lambda_{i\beta\ell}$; teacher "
@@ -140,16 +168,13 @@ def render() -> str:
                "Each Jacobian is `sympy.diff` of $\\log A_{h\\ell}$ with the Kronecker sums "
                "contracted and the definition substituted back, so it closes on $A$ "
                "(`dynamics/symbolic/_activations.py`).\n\n")
-    for name in ACTIVATIONS:
-        act = symbolic_activation(name)
-        M = manifold_ode(name)
-        out.append(f"### `{name}`\n\n")
-        out.append(_eq(al.A[al.h, al.ell], act.definition(al.h, al.ell)))
-        out.append(_eq(Raw(r"\partial A_{h\ell}/\partial \chi_{kp}"), M.jacobian))
-        out.append(_eq(Raw(r"\partial A_{h\ell}/\partial b_{k}"), M.jacobian_b))
+    for name in symbolic_names():
+        out.append(jacobian_section(name))
 
     M0 = manifold_ode("softmax")
-    out.append("## 3. The value fields integrated out (invariant manifold, spec §4–5)\n\n"
+    out.append("## 3. The value fields integrated out (invariant manifold)\n\n"
+               "([model.md](model.md#the-invariant-manifold), "
+               "[the risk](model.md#population-risk).) "
                "Given the key fields, the value fields are centred Gaussians, independent "
                "across tokens, with "
                r"$\mathrm{Cov}(z_{h\ell}, z_{kp}) = s_{hk}\delta_{\ell p}$, "
@@ -191,7 +216,7 @@ def render() -> str:
                "Inserting §3 into §1 block by block (keys, values, teacher keys, teacher "
                "value) and collecting the expectations over the key fields (θ and the "
                "Gaussian key fields, the signal at $\\ell = 1$) into named quantities:\n\n")
-    for name, (lhs, integrand) in M0.integrands.items():
+    for lhs, integrand in M0.integrands.values():
         out.append(_eq(lhs, al.Expect(al.tidy(integrand, pretty=True))))
     out.append("The system (the same for every activation; the activation enters only "
                "through the integrands):\n\n")
@@ -200,17 +225,8 @@ def render() -> str:
         out.append(_eq(lhs, al.tidy(e, pretty=True) if e != 0 else e))
     out.append("The per-node quantities of each activation (compact chain-rule form, then "
                "written out in $A$, $s$, $n$):\n\n")
-    for name in ACTIVATIONS:
-        M = manifold_ode(name)
-        out.append(f"### `{name}`\n\n")
-        out.append(_eq(M.stages["Ghat"][0], [M.stages["Ghat"][1],
-                                             al.tidy(M.expanded["Ghat"], pretty=True)]))
-        out.append(_eq(M.stages["gbh"][0], [M.stages["gbh"][1],
-                                            al.tidy(M.expanded["gbh"], pretty=True)]
-                       if M.stages["gbh"][1] != 0 else M.stages["gbh"][1]))
-        out.append(_eq(M.stages["Gamma"][0], al.tidy(M.stages["Gamma"][1], pretty=True)))
-        out.append("Identities verified during the derivation: "
-                   + "; ".join(f"{lab}" for lab in M.checks) + ".\n\n")
+    for name in symbolic_names():
+        out.append(integrand_section(name))
 
     pv = paper_variables()
     out.append("## 5. The paper's variables $(m_{hf}, r, b, v)$\n\n"
@@ -244,7 +260,8 @@ def render() -> str:
     for e in limits().values():
         out.append(_equation(e, label=True))
     bc = bayes_construction()
-    out.append("**Bayes-softmax construction** (spec §7; one head per support point $h$ with "
+    out.append("**Bayes-softmax construction** ([model.md](model.md#bayes-optimal-risk-and-the-"
+               "bayes-softmax-construction); one head per support point $h$ with "
                "weight $p^\\theta_h$: $m = \\Theta$, $q = \\Theta\\Theta^\\top$, "
                "$b_h = \\log p^\\theta_h - |\\theta_h|^2/2$, $n = \\rho^* 1$, "
                "$s = \\rho^* 11^\\top$):\n\n")
@@ -274,8 +291,8 @@ _HEADER = """# The order-parameter ODEs, derived symbolically
 Everything below is computed by sympy (`dynamics/symbolic/`), not typed: the SGD step is pushed
 through a bilinear vector algebra, the activation Jacobians are differentiated from the
 definitions, the value fields are integrated out with Isserlis' theorem, and the expectations are
-collected into named quantities. Design notes: `docs/symbolic.md`. Model and conventions:
-`spec/single-location-model.md`.
+collected into named quantities. Design notes: [symbolic.md](symbolic.md). Model and
+conventions: [model.md](model.md).
 
 **Notation.** Heads $h, k$ ($1..H$), latent directions $f, g$ ($1..F$), tokens $\\ell, p$
 ($1..L$, the signal at $\\ell = 1$); primed indices are summed. Sums run over the full range of

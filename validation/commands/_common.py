@@ -5,11 +5,20 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import tomllib
 from pathlib import Path
 
-from dynamics import Config, load_config
+import numpy as np
 
-from .._rundir import default_out
+from dynamics import Config, HeadflowError, load_config
+from dynamics.activations import activation_names
+from dynamics.config import parse_value
+from dynamics.expectations import MIN_SAMPLES
+
+from .._json import write as write_json
+from .._rundir import check_writable, default_out
+from ..experiments.compare import canonical_arrays, compare
+from ..plots.trajectories import plot_trajectories
 
 
 def add_config_args(p: argparse.ArgumentParser, *, config_required: bool = False) -> None:
@@ -25,11 +34,41 @@ def add_set_arg(p: argparse.ArgumentParser) -> None:
                    help="override one config key (repeatable); VALUE in TOML syntax")
 
 
+def out_path(text: str) -> Path:
+    """`--out`: a non-empty path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder, got an empty string")
+    return Path(text)
+
+
 def add_out_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", metavar="DIR", type=Path, default=None,
-                   help="result folder (default: runs/<command>-<config hash>)")
+    """`--out DIR`, `--force`, `--json`."""
+    p.add_argument("--out", metavar="DIR", type=out_path, default=None,
+                   help="result folder (default: runs/<command>-<config hash>); written "
+                   "atomically, nothing is left if the run fails or is interrupted")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out if it exists and is not empty (the default folder of "
+                   "a config is always replaced)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON summary object as the last line of stdout")
+    p.add_argument("--check", action="store_true",
+                   help="validate everything (configuration, arguments, output folder, memory "
+                   "needed) and exit without computing")
+
+
+def checked(args: argparse.Namespace, out: Path) -> dict:
+    """The summary of a `--check` run: the inputs are valid, the output folder usable."""
+    check_writable(out)
+    if out.is_dir() and any(out.iterdir()) and not replace_out(args):
+        raise HeadflowError(f"--out {out}: exists and is not empty; pass --force to replace it")
+    print(f"inputs valid; results would go to {out}")
+    return {"checked": True, "out": str(out)}
+
+
+def replace_out(args: argparse.Namespace) -> bool:
+    """Whether the run may replace an existing non-empty output folder: with `--force`, or
+    for the default folder (named by the config's hash, so it holds the same experiment)."""
+    return bool(getattr(args, "force", False)) or getattr(args, "out", None) is None
 
 
 def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
@@ -71,17 +110,106 @@ def _number_parser(kind: type, ok, what: str):
 positive_int = _number_parser(int, lambda v: v >= 1, "a positive integer")
 nonneg_int = _number_parser(int, lambda v: v >= 0, "an integer ≥ 0")
 positive_float = _number_parser(float, lambda v: math.isfinite(v) and v > 0, "a positive number")
+sample_count = _number_parser(int, lambda v: v >= MIN_SAMPLES,
+                              f"a number of samples >= {MIN_SAMPLES} (fewer give no reliable "
+                              "error bar)")
 
 
-def json_default(obj):
-    """`json.dumps(default=...)` for what results hold besides plain Python: numpy scalars and
-    arrays, paths."""
-    import numpy as np
+MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise terms dropped; "
+             "τ = ηt) unless the config sets [ode] sgd_noise = true explicitly (in CONFIG or "
+             "with --set ode.sgd_noise=true); the config default (true) does not count. The "
+             "output says which.")
 
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if hasattr(obj, "__fspath__"):
-        return str(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+def explicit_sgd_noise(config: str | Path | None, sets: list[str]) -> bool | None:
+    """The value of `[ode] sgd_noise` when the user set it explicitly (in the TOML file or by
+    `--set`, the last one winning), else None (the config default does not count)."""
+    value = None
+    if config is not None:
+        try:
+            raw = tomllib.loads(Path(config).read_text())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            raw = {}  # load_config reports the problem
+        ode = raw.get("ode", {})
+        if isinstance(ode, dict) and "sgd_noise" in ode:
+            value = ode["sgd_noise"]
+    for item in sets:
+        dotted, eq, text = item.partition("=")
+        if eq and dotted.strip() == "ode.sgd_noise":
+            value = parse_value(text.strip())
+    return value if isinstance(value, bool) else None
+
+
+def mode_of(args) -> str:
+    return "sgd_noise" if explicit_sgd_noise(args.config, args.set) else "gradient_flow"
+
+
+def describe_mode(mode: str) -> str:
+    if mode == "sgd_noise":
+        return ("mode: ODE with SGD noise (η² terms kept; [ode] sgd_noise = true was set "
+                "explicitly)")
+    return ("mode: gradient-flow ODE (η² SGD-noise terms dropped; set [ode] sgd_noise = true "
+            "explicitly to keep them)")
+
+
+def run_logger(args):
+    quiet = getattr(args, "json", False) and not sys.stderr.isatty()
+
+    def log(run) -> None:
+        fp = run.fixed_point
+        msg = (f"  {run.activation:13s} a={run.amplitude:<7.4g} H={run.H} η={run.lr:g} "
+               f"[{run.mode}]: R = {run.risk:.5f} ± {run.risk_err:.1e} at t = {fp.t:.4g} "
+               f"({'stationary' if fp.stationary else 'NOT stationary'}, ratio "
+               f"{fp.check.ratio:.2g})")
+        print(msg, file=sys.stderr if quiet else sys.stdout, flush=True)
+
+    return log
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}"
+                                         ) from None
+    if not vals or not all(np.isfinite(vals)):
+        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got "
+                                         f"{text!r}")
+    return vals
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    try:
+        vals = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}"
+                                         ) from None
+    if not vals or min(vals) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return vals
+
+
+def activation_list(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    known = activation_names()
+    bad = [n for n in names if n not in known]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"unknown activation(s) {bad or text!r}; choose from "
+                                         f"{', '.join(known)}")
+    return names
+
+
+def write_comparison(rd, cfg, *, title: str = "") -> dict:
+    """Run a comparison and write its files into the run folder `rd`; returns the report."""
+    with rd.timed("compare"):
+        sgd, ode, report = compare(cfg, progress=show_progress())
+    rd.meta["ode_solver_steps"] = ode.num_steps
+    rd.save_npz("sgd.npz", sgd.arrays())
+    rd.save_npz("ode.npz", ode.arrays())
+    s, o = canonical_arrays(sgd, ode)
+    write_json(rd.path("report.json"), report)
+    plot_trajectories(rd.path("compare.png"), s["t"], sgd=s, ode=o, title=title or (
+        f"ODE (dashed) vs SGD seed mean ± std (heads in canonical order), D={sgd.dim}, "
+        f"{len(sgd.seeds)} seeds, "
+        f"{cfg.model.activation}"))
+    return report

@@ -5,30 +5,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tomllib
-from pathlib import Path
 
 import numpy as np
 
 from dynamics import ConfigError, HeadflowError
 from dynamics.activations import activation_names
-from dynamics.config import parse_value
 from dynamics.expectations import get_expectation
-from dynamics.fixed_points import STATIONARY_Z
+from dynamics.analysis import STATIONARY_Z
 
-from .. import activation_plots as plots
+from ..plots import activations as plots
+from .._json import write as write_json
 from .._rundir import check_writable, run_dir
-from ..activations import (ACTIVATIONS, amplitude_sweep, bayes_risks, heads_sweep,
+from ..experiments.activations import (amplitude_sweep, bayes_risks, heads_sweep,
                            long_time, mode_config, noise_excess, ode_tail_risk,
                            power_law_slope, sgd_point, support_size, with_lr)
-from ._common import (add_config_args, config_from_args, json_default, out_dir,
-                      positive_float, positive_int)
+from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
+                      float_list, int_list, MODE_HELP, mode_of, out_dir, positive_float,
+                      positive_int, replace_out, run_logger, sample_count)
 
-MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise terms dropped; "
-             "τ = ηt) unless the config sets [ode] sgd_noise = true explicitly (in CONFIG or "
-             "with --set ode.sgd_noise=true); the config default (true) does not count. The "
-             "output says which.")
+
+EXAMPLE = "headflow activations --set model.L=3 --amplitudes 2,3 --t-max 300"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -43,11 +40,12 @@ def register(sub) -> None:
         "final_risk.png, risk_curves.png (and eta.png, heads.png when asked).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_args(p)
-    p.add_argument("--amplitudes", type=_floats, default=None, metavar="A1,A2,...",
+    p.add_argument("--amplitudes", type=float_list, default=None, metavar="A1,A2,...",
                    help="values of prior.amplitude (the spike amplitude √ν; a factor on "
                    "discrete points and on the Gaussian mean and standard deviations); "
                    "default: the config's amplitude times 1/3, 2/3, 1, 4/3")
-    p.add_argument("--activations", type=_names, default=ACTIVATIONS, metavar="A,B,...",
+    p.add_argument("--activations", type=activation_list, default=activation_names(),
+                   metavar="A,B,...",
                    help="activations to compare")
     p.add_argument("--t-max", type=positive_float, default=4000.0,
                    help="longest integration time (t = steps/D at training.lr)")
@@ -55,11 +53,11 @@ def register(sub) -> None:
                    help="first integration chunk; later chunks double the elapsed time")
     p.add_argument("--z", type=positive_float, default=STATIONARY_Z,
                    help="stationarity tolerance in units of the vector field's MC error")
-    p.add_argument("--risk-samples", type=positive_int, default=1 << 16,
+    p.add_argument("--risk-samples", type=sample_count, default=1 << 16,
                    help="QMC nodes for the final risks")
-    p.add_argument("--bayes-samples", type=positive_int, default=1 << 17,
+    p.add_argument("--bayes-samples", type=sample_count, default=1 << 17,
                    help="QMC nodes for R_Bayes")
-    p.add_argument("--sgd-amplitudes", type=_floats, default=(), metavar="A1,...",
+    p.add_argument("--sgd-amplitudes", type=float_list, default=(), metavar="A1,...",
                    help="amplitudes (among --amplitudes) at which to add online-SGD points")
     p.add_argument("--sgd-dim", type=positive_int, default=2000, help="D of the SGD points")
     p.add_argument("--sgd-seeds", type=positive_int, default=4, help="seeds of the SGD points")
@@ -69,51 +67,20 @@ def register(sub) -> None:
                    "with the ODE with SGD noise at the same η over the same window")
     p.add_argument("--sgd-lr", type=positive_float, default=None,
                    help="η of the SGD points (default training.lr; η_b scaled alike)")
-    p.add_argument("--etas", type=_floats, default=(), metavar="E1,...",
+    p.add_argument("--etas", type=float_list, default=(), metavar="E1,...",
                    help="Bayes-softmax at the config's amplitude and H: stationary risk of "
                    "the ODE with SGD noise at these learning rates (η_b scaled alike), "
                    "started from the gradient-flow fixed point; excess over R_Bayes")
     p.add_argument("--tau-max", type=positive_float, default=2000.0,
                    help="longest τ = ηt of the --etas runs")
-    p.add_argument("--sgd-etas", type=_floats, default=(), metavar="E1,...",
+    p.add_argument("--sgd-etas", type=float_list, default=(), metavar="E1,...",
                    help="learning rates (among --etas) with SGD at --sgd-dim, started from "
                    "weights with the gradient-flow fixed point's overlaps")
     p.add_argument("--sgd-tau", type=positive_float, default=100.0,
                    help="τ = ηt of the --sgd-etas runs")
-    p.add_argument("--heads", type=_ints, default=(), metavar="H1,...",
+    p.add_argument("--heads", type=int_list, default=(), metavar="H1,...",
                    help="risk versus the number of heads at the config's amplitude")
     p.set_defaults(func=run)
-
-
-def explicit_sgd_noise(config: str | Path | None, sets: list[str]) -> bool | None:
-    """The value of `[ode] sgd_noise` when the user set it explicitly (in the TOML file or by
-    `--set`, the last one winning), else None (the config default does not count)."""
-    value = None
-    if config is not None:
-        try:
-            raw = tomllib.loads(Path(config).read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-            raw = {}  # load_config reports the problem
-        ode = raw.get("ode", {})
-        if isinstance(ode, dict) and "sgd_noise" in ode:
-            value = ode["sgd_noise"]
-    for item in sets:
-        dotted, eq, text = item.partition("=")
-        if eq and dotted.strip() == "ode.sgd_noise":
-            value = parse_value(text.strip())
-    return value if isinstance(value, bool) else None
-
-
-def mode_of(args) -> str:
-    return "sgd_noise" if explicit_sgd_noise(args.config, args.set) else "gradient_flow"
-
-
-def describe_mode(mode: str) -> str:
-    if mode == "sgd_noise":
-        return ("mode: ODE with SGD noise (η² terms kept; [ode] sgd_noise = true was set "
-                "explicitly)")
-    return ("mode: gradient-flow ODE (η² SGD-noise terms dropped; set [ode] sgd_noise = true "
-            "explicitly to keep them)")
 
 
 def run(args) -> dict:
@@ -149,10 +116,13 @@ def run(args) -> dict:
     check_writable(out)
     print(describe_mode(mode), flush=True)
     ev = get_expectation("qmc", args.risk_samples, seed=cfg.ode.seed + 1)
-    log = _logger(args)
+    log = run_logger(args)
     meta = {"mode": mode, "amplitudes": amps, "t_max": args.t_max, "z": args.z,
             "risk_samples": args.risk_samples}
-    with run_dir(out, command="activations", config_toml=cfg.to_toml(), meta=meta) as rd:
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="activations",
+                 config_toml=cfg.to_toml(), meta=meta) as rd:
         with rd.timed("bayes"):
             bayes, bayes_err = bayes_risks(cfg, amps, args.bayes_samples)
         with rd.timed("ode"):
@@ -211,12 +181,10 @@ def run(args) -> dict:
             for i, r in enumerate(runs[act]):
                 arrays[f"t_{act}_{i}"] = r.ts
                 arrays[f"risk_{act}_{i}"] = r.risk_t
-        np.savez(rd.path("activations.npz"), **arrays)
+        rd.save_npz("activations.npz", arrays)
         runs_json = {a: [r.summary() for r in runs[a]] for a in args.activations}
-        rd.path("runs.json").write_text(json.dumps(runs_json, indent=1, default=json_default)
-                                        + "\n")
-        rd.path("activations.json").write_text(json.dumps(summary, indent=2, default=json_default)
-                                               + "\n")
+        write_json(rd.path("runs.json"), runs_json)
+        write_json(rd.path("activations.json"), summary)
         plots.plot_final_risk(rd.path("final_risk.png"), amps, summary["final_risk"],
                               summary["final_risk_err"], bayes, bayes_err, mode=mode, sgd=sgd,
                               null_risk=summary["null_risk"], stationary=summary["stationary"],
@@ -296,52 +264,3 @@ def _print_table(s: dict) -> None:
         print(f"{a:9.4g}  {s['bayes_risk'][i]:.5f}  " + "  ".join(cells))
     if not all(all(v) for v in s["stationary"].values()):
         print("* not stationary by --t-max (see stationarity_ratio in activations.json)")
-
-
-def _logger(args):
-    quiet = getattr(args, "json", False) and not sys.stderr.isatty()
-
-    def log(run) -> None:
-        fp = run.fixed_point
-        msg = (f"  {run.activation:13s} a={run.amplitude:<7.4g} H={run.H} η={run.lr:g} "
-               f"[{run.mode}]: R = {run.risk:.5f} ± {run.risk_err:.1e} at t = {fp.t:.4g} "
-               f"({'stationary' if fp.stationary else 'NOT stationary'}, ratio "
-               f"{fp.check.ratio:.2g})")
-        print(msg, file=sys.stderr if quiet else sys.stdout, flush=True)
-
-    return log
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}"
-                                         ) from None
-    if not vals or not all(np.isfinite(vals)):
-        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got "
-                                         f"{text!r}")
-    return vals
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}"
-                                         ) from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
-
-
-def _names(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    known = activation_names()
-    bad = [n for n in names if n not in known]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(f"unknown activation(s) {bad or text!r}; choose from "
-                                         f"{', '.join(known)}")
-    return names
-
-

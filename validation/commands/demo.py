@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 
 
+from dynamics import Config
+
+from .._json import write as write_json
 from .._rundir import run_dir
-from .bayes import compute as bayes_summary
-from .compare import run_compare_into
-from ._common import add_out_args, add_set_arg, out_dir
+from ..experiments.bayes import bayes_summary
+from ._common import add_out_args, add_set_arg, checked, out_dir, replace_out, write_comparison
+
+
+EXAMPLE = "headflow demo --set sim.seeds=4"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="the main job: theory vs SGD on the default experiment",
                        description="ODE versus online SGD on the default experiment "
                        "(validation/configs/demo.toml): figures, report.json and summary.md, "
-                       "in a few minutes on a laptop CPU.")
+                       "in one to two minutes on a laptop CPU.")
     add_set_arg(p)
     add_out_args(p)
     p.set_defaults(func=run)
@@ -27,23 +32,16 @@ def demo_config_text() -> str:
 
 
 def run(args) -> dict:
-    import tomllib
-
-    from dynamics import Config
-    from dynamics.config import _assign, parse_value
-
-    data = tomllib.loads(demo_config_text())
-    for item in args.set:
-        dotted, _, text = item.partition("=")
-        _assign(data, dotted.strip(), parse_value(text.strip()))
-    cfg = Config.from_dict(data)
+    cfg = Config.from_toml(demo_config_text(), args.set)
     out = args.out if args.out is not None else out_dir(args, "demo", cfg)
-    with run_dir(out, command="demo", config_toml=cfg.to_toml()) as rd:
-        report = run_compare_into(rd, cfg)
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="demo", config_toml=cfg.to_toml()) as rd:
+        report = write_comparison(rd, cfg)
         with rd.timed("bayes"):
             bayes = bayes_summary(cfg, 1 << 17)
         summary = {**report, "bayes": bayes}
-        rd.path("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(rd.path("summary.json"), summary)
         rd.path("summary.md").write_text(_markdown(cfg, report, bayes))
     print(_markdown(cfg, report, bayes))
     print(f"results in {out}/ (compare.png, report.json, summary.md)")

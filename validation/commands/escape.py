@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-import numpy as np
 
 from dynamics import ConfigError
+from dynamics.measures import ESCAPE_THRESHOLD
 
+from .._json import write as write_json
 from .._rundir import run_dir
-from ..analysis import ESCAPE_THRESHOLD
-from ..escape import escape_study
-from ..phase_plots import plot_escape
-from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
-                      show_progress)
+from ..experiments.escape import escape_study
+from ..plots.phases import plot_escape
+from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
+                      positive_int, replace_out, show_progress)
 
 
 def dims_list(text: str) -> list[int]:
@@ -28,6 +27,10 @@ def dims_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"need at least two distinct dimensions >= 2, got "
                                          f"{text!r}")
     return sorted(set(dims))
+
+
+EXAMPLE = "headflow escape validation/configs/escape.toml --dims 250,500,1000 --seeds 16"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -60,7 +63,9 @@ def run(args) -> dict:
     if cfg.model.H < 2:
         raise ConfigError(f"model.H = {cfg.model.H}: escape times need at least 2 heads")
     out = out_dir(args, "escape", cfg, extra=f"{args.dims}{args.threshold}")
-    with run_dir(out, command="escape", config_toml=cfg.to_toml(),
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="escape", config_toml=cfg.to_toml(),
                  meta={"dims": args.dims, "seeds": cfg.sim.seeds,
                        "dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
         with rd.timed("escape"):
@@ -68,8 +73,8 @@ def run(args) -> dict:
                                           threshold=args.threshold, n_times=args.n_times,
                                           equivariant=not args.engine_field,
                                           progress=show_progress())
-        np.savez(rd.path("escape.npz"), **arrays)
-        rd.path("escape.json").write_text(json.dumps(report, indent=2) + "\n")
+        rd.save_npz("escape.npz", arrays)
+        write_json(rd.path("escape.json"), report)
         plot_escape(rd.path("escape.png"), report, arrays)
     lo, hi = report["slope_ci"]
     lam = report["lambda"]
@@ -77,6 +82,8 @@ def run(args) -> dict:
           f"[{lo:.3f}, {hi:.3f}] (95%), predicted {report['slope_predicted']:.3f} "
           f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'}); censored runs per D: "
           f"{report['censored']}")
+    if report["agrees"] is None:
+        print(f"no verdict: {report['agrees_reason']}")
     if any(report["censored"]):
         print("warning: some runs had not escaped by t_max (left out of the fit, which biases "
               "the large-D means low); raise --t-max")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import numpy as np
 
 from dynamics.ode import run_ode
 
 from .._rundir import run_dir
-from ..plots import plot_trajectories
-from ._common import add_config_args, config_from_args, out_dir, show_progress
+from ..plots.trajectories import plot_trajectories
+from ._common import add_config_args, checked, config_from_args, out_dir, replace_out, show_progress
+
+
+EXAMPLE = "headflow ode validation/configs/demo.toml --set ode.rhs=symbolic"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -22,13 +25,16 @@ def register(sub) -> None:
 def run(args) -> dict:
     cfg = config_from_args(args)
     out = out_dir(args, "ode", cfg)
-    with run_dir(out, command="ode", config_toml=cfg.to_toml(), meta={"dtype": "float64"}) as rd:
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="ode", config_toml=cfg.to_toml(),
+                 meta={"dtype": "float64"}) as rd:
         with rd.timed("ode"):
             res = run_ode(cfg, progress=show_progress())
         rd.meta["solver_steps"] = res.num_steps
         rd.meta["solver_rejected"] = res.num_rejected
         arrays = res.arrays()
-        np.savez(rd.path("ode.npz"), **arrays)
+        rd.save_npz("ode.npz", arrays)
         plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
                           title=f"order-parameter ODE ({cfg.ode.form}), {cfg.model.activation}")
     return {"risk_final": float(arrays["risk"][-1]), "risk_final_err":

@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import json
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from dynamics import ConfigError
-from dynamics.ode import integrate, trajectory_risk
-from dynamics.ode import backend_of
-from dynamics.stability import field_for
+from dynamics.measures import ESCAPE_THRESHOLD, alignment
 from sims import run_sgd
 
+from .._json import write as write_json
 from .._rundir import run_dir
-from ..analysis import ESCAPE_THRESHOLD, alignment
-from ..phase_plots import plot_phases
-from ..phases import detect_phases, seed_summary
-from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
-                      show_progress)
+from ..experiments.phases import detect_phases, ode_trajectory, seed_summary
+from ..plots.phases import plot_phases
+from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
+                      positive_int, replace_out, show_progress)
+
+
+EXAMPLE = "headflow phases validation/configs/staged.toml"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -44,24 +43,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False) -> dict:
-    """The manifold ODE from `ov0` on `times` (float64), with its risk: `ode.npz` arrays."""
-    from dynamics.ode import initial_state
-
-    model = cfg.build_model()
-    field = field_for(cfg, model, equivariant=equivariant)
-    ov0 = initial_state(cfg, model) if ov0 is None else ov0
-    ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0.on_manifold())
-    o = cfg.ode
-    sol = integrate(field, ov0, times, solver=o.solver, rtol=o.rtol, atol=o.atol,
-                    max_steps=o.max_steps, progress=progress)
-    risk, err = trajectory_risk(model, sol.overlaps, backend_of(cfg), manifold=True)
-    ov = sol.overlaps
-    out = {"t": sol.t, "risk": risk, "risk_err": err, "m": ov.m, "q": ov.q, "n": ov.n,
-           "s": ov.s, "b": ov.b}
-    return {k: np.asarray(v) for k, v in out.items()}
-
-
 def run(args) -> dict:
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
     if cfg.model.H < 2:
@@ -73,14 +54,16 @@ def run(args) -> dict:
     times = cfg.save_times()
     summary: dict = {"threshold": theta, "dim": cfg.sim.dim,
                      "equivariant_field": not args.engine_field}
-    with run_dir(out, command="phases", config_toml=cfg.to_toml(),
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="phases", config_toml=cfg.to_toml(),
                  meta={"dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
         ov0 = None
         if not args.no_sgd:
             with rd.timed("sgd"):
                 sgd = run_sgd(cfg, progress=show_progress(), times=times)
             sa = sgd.arrays()
-            np.savez(rd.path("sgd.npz"), **sa)
+            rd.save_npz("sgd.npz", sa)
             ov0 = jax.tree.map(lambda x: x[0, 0], sgd.overlaps)
             per_seed = [detect_phases(sa["t"], sa["m"][i], sa["q"][i], threshold=theta)
                         for i in range(len(sgd.seeds))]
@@ -93,7 +76,7 @@ def run(args) -> dict:
         with rd.timed("ode"):
             oa = ode_trajectory(cfg, ov0, times, equivariant=not args.engine_field,
                                 progress=show_progress())
-        np.savez(rd.path("ode.npz"), **oa)
+        rd.save_npz("ode.npz", oa)
         ph = detect_phases(oa["t"], oa["m"], oa["q"], threshold=theta)
         summary["ode"] = ph.to_dict()
         start = "SGD seed 0's measured initial overlaps" if ov0 is not None else \
@@ -101,7 +84,7 @@ def run(args) -> dict:
         plot_phases(rd.path("phases_ode.png"), oa["t"], oa["risk"],
                     alignment(oa["m"], oa["q"]), ph,
                     title=f"ODE from {start}, {cfg.model.H} {cfg.model.activation} heads")
-        rd.path("phases.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(rd.path("phases.json"), summary)
     o = summary["ode"]
     line = (f"ODE: plateau {_fmt(o['plateau_entry'])} → {_fmt(o['plateau_exit'])}, stages "
             + (", ".join(f"f{s['feature']} at t={s['time']:.2f} (+{s['plus']} / −{s['minus']})"

@@ -10,19 +10,24 @@ import numpy as np
 
 from dynamics import HeadflowError
 from dynamics.expectations import get_expectation
-from dynamics.fixed_points import STATIONARY_Z
+from dynamics.activations import activation_names
+from dynamics.analysis import STATIONARY_Z
 from sims import run_sgd
 
-from .. import activation_plots as plots
+from ..plots import activations as plots
+from .._json import write as write_json
 from .._rundir import check_writable, run_dir
-from ..activations import ACTIVATIONS, long_time, mode_config
-from ..pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, SubsetRisk,
+from ..experiments.activations import long_time, mode_config
+from ..experiments.pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, SubsetRisk,
                        first_needed_jump, head_statistics, prunable_count, prune_curve,
                        random_curves)
-from ._common import (add_config_args, config_from_args, json_default, out_dir,
-                      positive_float, positive_int)
-from .activations import (MODE_HELP, _logger, _names, describe_mode,
-                          mode_of)
+from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
+                      MODE_HELP, mode_of, out_dir, positive_float, positive_int, replace_out,
+                      run_logger, sample_count)
+
+
+EXAMPLE = "headflow prune --set model.H=4 --criterion greedy"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -37,7 +42,8 @@ def register(sub) -> None:
         f"{1 + PRUNABLE_TOLERANCE:g} x the unpruned risk. " + MODE_HELP + " Writes prune.json, "
         "prune.npz and prune.png.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_args(p)
-    p.add_argument("--activations", type=_names, default=ACTIVATIONS, metavar="A,B,...",
+    p.add_argument("--activations", type=activation_list, default=activation_names(),
+                   metavar="A,B,...",
                    help="activations to compare")
     p.add_argument("--criterion", choices=CRITERIA, default="greedy",
                    help="importance criterion for the pruning order")
@@ -55,7 +61,7 @@ def register(sub) -> None:
                    help="D of the SGD runs (--source sgd; default sim.dim)")
     p.add_argument("--seeds", type=positive_int, default=None,
                    help="SGD seeds (--source sgd; default sim.seeds)")
-    p.add_argument("--risk-samples", type=positive_int, default=1 << 16,
+    p.add_argument("--risk-samples", type=sample_count, default=1 << 16,
                    help="QMC nodes for the pruned risks")
     p.set_defaults(func=run)
 
@@ -73,9 +79,11 @@ def run(args) -> dict:
     if args.source == "ode":
         print(describe_mode(mode), flush=True)
     ev = get_expectation("qmc", args.risk_samples, seed=cfg.ode.seed + 1)
-    log = _logger(args)
+    log = run_logger(args)
     curves, randoms, stats, errs, trained, extra_info = {}, {}, {}, {}, {}, {}
-    with run_dir(out, command="prune", config_toml=cfg.to_toml(),
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="prune", config_toml=cfg.to_toml(),
                  meta={"mode": mode, "source": args.source, "criterion": args.criterion}) as rd:
         for act in args.activations:
             c = cfg.replace(**{"model.activation": act})
@@ -146,11 +154,11 @@ def run(args) -> dict:
             "prunable_per_seed": {a: extra_info[a]["prunable_per_seed"] for a in curves},
             "heads": stats, "trained": trained,
         }
-        np.savez(rd.path("prune.npz"), pruned=np.asarray(pruned),
-                 **{f"risk_{a}": np.asarray(curves[a]["risk"]) for a in curves},
-                 **{f"random_{a}": np.asarray(randoms[a]) for a in curves if randoms[a]})
-        rd.path("prune.json").write_text(json.dumps(summary, indent=2, default=json_default)
-                                         + "\n")
+        rd.save_npz("prune.npz", {
+            "pruned": np.asarray(pruned),
+            **{f"risk_{a}": np.asarray(curves[a]["risk"]) for a in curves},
+            **{f"random_{a}": np.asarray(randoms[a]) for a in curves if randoms[a]}})
+        write_json(rd.path("prune.json"), summary)
         plots.plot_pruning(rd.path("prune.png"), curves, randoms,
                            null_risk=summary["null_risk"],
                            title=f"pruning {H} heads ({args.source}"

@@ -7,8 +7,13 @@ import numpy as np
 from sims import run_sgd
 
 from .._rundir import run_dir
-from ..plots import plot_trajectories
-from ._common import add_config_args, config_from_args, out_dir, positive_int, show_progress
+from ..plots.trajectories import plot_trajectories
+from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
+                      replace_out, show_progress)
+
+
+EXAMPLE = "headflow sgd validation/configs/demo.toml --dim 500 --seeds 4"
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -24,13 +29,15 @@ def register(sub) -> None:
 def run(args) -> dict:
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
     out = out_dir(args, "sgd", cfg)
-    with run_dir(out, command="sgd", config_toml=cfg.to_toml(),
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="sgd", config_toml=cfg.to_toml(),
                  meta={"dtype": cfg.sim.dtype, "seeds": list(range(cfg.sim.seed, cfg.sim.seed
                                                                     + cfg.sim.seeds))}) as rd:
         with rd.timed("sgd"):
             res = run_sgd(cfg, progress=show_progress())
         arrays = res.arrays()
-        np.savez(rd.path("sgd.npz"), **arrays)
+        rd.save_npz("sgd.npz", arrays)
         plot_trajectories(rd.path("sgd.png"), arrays["t"], sgd=arrays,
                           title=f"online SGD, D={res.dim}, {len(res.seeds)} seeds, "
                           f"{cfg.model.activation}")

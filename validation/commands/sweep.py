@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-import json
 
 import numpy as np
 
+from dynamics.measures import ESCAPE_THRESHOLD
+
+from .._json import write as write_json
 from .._rundir import run_dir
-from ..analysis import ESCAPE_THRESHOLD
-from ..phase_diagram import class_names, classify
-from ..phase_plots import plot_phase_diagram, plot_sweep
-from ..sweep import STATUS, parse_grid, run_sweep
-from ._common import (add_config_args, config_from_args, out_dir, positive_float, positive_int,
-                      show_progress)
+from ..experiments.phase_diagram import class_names, classify
+from ..experiments.sweep import STATUS, parse_grid, run_sweep
+from ..plots.phases import plot_phase_diagram, plot_sweep
+from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
+                      positive_int, replace_out, show_progress)
+
+
+EXAMPLE = ("headflow sweep validation/configs/escape.toml --grid training.lr=0.5,1 "
+           "--grid prior.amplitude=5,7")
+"""Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
@@ -42,17 +48,19 @@ def run(args) -> dict:
     cfg = config_from_args(args)
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
-    with run_dir(out, command="sweep", config_toml=cfg.to_toml(),
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="sweep", config_toml=cfg.to_toml(),
                  meta={"grid": {k: v for k, v in axes}, "dtype": "float64"}) as rd:
         with rd.timed("sweep"):
             res = run_sweep(cfg, axes, max_steps=args.max_steps, diverge_at=args.diverge_at,
                             progress=show_progress())
         classes, escape = classify(res, args.threshold)
         final = res.risk[:, -1]
-        np.savez(rd.path("sweep.npz"), t=res.t, risk=res.risk, status=res.status,
-                 phase=classes, escape_time=escape,
-                 **{f"axis_{i}": _axis_array(v) for i, (_, v) in enumerate(axes)},
-                 **res.arrays)
+        rd.save_npz("sweep.npz", {
+            "t": res.t, "risk": res.risk, "status": res.status, "phase": classes,
+            "escape_time": escape,
+            **{f"axis_{i}": _axis_array(v) for i, (_, v) in enumerate(axes)}, **res.arrays})
         points = [{"overrides": p, "status": STATUS[int(s)], "phase": c,
                    "final_risk": _num(r), "escape_time": _num(e)}
                   for p, s, c, r, e in zip(res.overrides, res.status, class_names(classes),
@@ -61,8 +69,7 @@ def run(args) -> dict:
                    "points": len(points), "final_risk": [_num(r) for r in final],
                    "phase": class_names(classes), "escape_time": [_num(e) for e in escape],
                    "status": [STATUS[int(s)] for s in res.status]}
-        rd.path("sweep.json").write_text(json.dumps({**summary, "grid": points}, indent=2)
-                                         + "\n")
+        write_json(rd.path("sweep.json"), {**summary, "grid": points})
         numeric = [(k, v) for k, v in axes if _numeric(v)]
         if len(numeric) == len(axes):
             plot_sweep(rd.path("sweep.png"), axes, final, label="risk at t_max")

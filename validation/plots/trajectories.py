@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-ORDER_PARAMETERS = ("m", "q", "n", "s", "b")
+from dynamics import ORDER_PARAMETERS  # noqa: E402
 
 
 def _components(name: str, arr: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -40,7 +40,7 @@ def plot_trajectories(path: Path, t: np.ndarray, *, sgd: dict | None = None,
         if ode is not None:
             series += [(lbl, a, "ode") for lbl, a in
                        ([("R", ode["risk"])] if name == "risk" else _components(name, ode[name]))]
-        colors = {}
+        colors: dict[str, str] = {}
         for lbl, a, kind in series:
             color = colors.setdefault(lbl, f"C{len(colors) % 10}")
             if kind == "sgd":

@@ -11,10 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from .phases import Phases  # noqa: E402
+from ..experiments.phase_diagram import PHASE_CLASSES  # noqa: E402
+from ..experiments.phases import Phases  # noqa: E402
 
-PHASE_CLASSES = ("no learning", "unspecialized", "specialized", "diverging")
-PHASE_COLORS = ("#d9d9d9", "#fdae61", "#2c7bb6", "#d7191c")
+PHASE_COLORS = ("#d9d9d9", "#fdae61", "#2c7bb6", "#d7191c", "#7b3294")
 
 
 def _stage_lines(ax, ph: Phases, *, labels: bool = True) -> None:

@@ -20,10 +20,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import Config, ConfigError, HeadflowError, key_dims, population_risk
-from dynamics._sharding import shard_leading
+from dynamics import (ORDER_PARAMETERS, Config, ConfigError, StepSizes, check_stop,
+                      population_risk, risk_nodes)
 from dynamics.config import parse_value
-from dynamics.ode import Hyper, ManifoldField, backend_of, get_solver, initial_state
+from dynamics.fields import ManifoldField, key_nodes
+from dynamics.ode import BlowUp, Integrator, backend_of, initial_state, solve
+from dynamics.sharding import shard_leading
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
 
@@ -100,28 +102,19 @@ def _stack_points(trees):
     return jax.tree.unflatten(treedef, out)
 
 
-def _structure_key(cfg: Config, model, hyper):
-    leaves, treedef = jax.tree.flatten((model, hyper))
+def _structure_key(cfg: Config, model, steps):
+    leaves, treedef = jax.tree.flatten((model, steps))
     shapes = tuple((tuple(np.shape(x)), type(x).__name__) for x in leaves)
     o = cfg.ode
     return (treedef, shapes, tuple(cfg.save_times().tolist()), o.expectation, o.samples,
-            o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form)
+            o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form, o.sgd_noise)
 
 
 @eqx.filter_jit
-def _solve_group(models, hypers, ov0s, nodes, ts, solver, rtol, atol, max_steps, diverge_at,
-                 risk_backend, risk_nodes):
-    def one(model, hyper, ov0):
-        field = ManifoldField(model=model, hyper=hyper, nodes=nodes)
-
-        def blown(t, y, args, **kwargs):
-            big = jnp.maximum(jnp.max(jnp.abs(y.q)), jnp.max(jnp.abs(y.s)))
-            return (big > diverge_at) | ~jnp.isfinite(big)
-
-        sol = dfx.diffeqsolve(dfx.ODETerm(field), solver, t0=ts[0], t1=ts[-1], dt0=None,
-                              y0=ov0, saveat=dfx.SaveAt(ts=ts),
-                              stepsize_controller=dfx.PIDController(rtol=rtol, atol=atol),
-                              max_steps=max_steps, throw=False, event=dfx.Event(blown))
+def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise):
+    def one(model, step_sizes, ov0):
+        field = ManifoldField(model=model, steps=step_sizes, nodes=nodes, sgd_noise=sgd_noise)
+        sol = solve(dfx.ODETerm(field), ov0, ts, integrator)
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
                                    jnp.where(sol.result == dfx.RESULTS.max_steps_reached, 2, 3)))
@@ -130,13 +123,13 @@ def _solve_group(models, hypers, ov0s, nodes, ts, solver, rtol, atol, max_steps,
 
         def risk_at(o, ok):
             safe = jax.tree.map(lambda x, x0: jnp.where(ok, x, x0), o, ov0)
-            r, _ = population_risk(model, safe, risk_backend, risk_nodes, manifold=True)
+            r, _ = population_risk(model, safe, risk_nodes, manifold=True)
             return jnp.where(ok, r, jnp.nan)
 
         risk = jax.lax.map(lambda a: risk_at(*a), (ys, finite), batch_size=16)
         return ys, code, risk
 
-    return eqx.filter_vmap(one)(models, hypers, ov0s)
+    return eqx.filter_vmap(one)(models, steps, ov0s)
 
 
 def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | None = None,
@@ -145,8 +138,8 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     vectorized over the points that share the model structure.
 
     **Arguments:** `cfg` the base configuration; `axes` from [`parse_grid`][]; `max_steps` per
-    point (default `ode.max_steps`); `diverge_at`: a run whose `|q|` or `|s|` exceeds this is
-    stopped and marked diverged.
+    point (default `ode.max_steps`); `diverge_at`: a run whose order parameters exceed this in
+    absolute value is stopped and marked diverged ([`dynamics.ode.BlowUp`][]).
 
     **Returns:** a [`SweepResult`][].
     """
@@ -158,47 +151,48 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     cfgs = [cfg.replace(**p) for p in points]
     groups: dict = {}
     built = []
-    for i, c in enumerate(cfgs):
-        model = c.build_model()
-        hyper = Hyper.from_config(c)
-        ov0 = initial_state(c, c.build_model()).on_manifold()
-        ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
-        built.append((model, hyper, ov0))
-        groups.setdefault(_structure_key(c, model, hyper), []).append(i)
+    shapes = {(c.model.H, c.model.F) for c in cfgs}
+    if len(shapes) > 1:
+        raise ConfigError("sweep: grid keys that change the number of heads or directions "
+                          "(model.H, model.F) cannot be stored together; sweep them in "
+                          "separate runs")
     ts_all = {tuple(c.save_times().tolist()) for c in cfgs}
     if len(ts_all) > 1:
         raise ConfigError("sweep: training.t_max and [output] must be the same at every grid "
                           "point (one common time grid)")
+    for i, c in enumerate(cfgs):
+        model = c.build_model()
+        step_sizes = StepSizes.from_config(c.training)
+        ov0 = initial_state(c, model).on_manifold()
+        ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
+        built.append((model, step_sizes, ov0))
+        groups.setdefault(_structure_key(c, model, step_sizes), []).append(i)
     ts = np.asarray(cfgs[0].save_times())
     T = len(ts)
     status = np.zeros(len(points), dtype=np.int64)
     risk = np.full((len(points), T), np.nan)
     arrays: dict[str, np.ndarray] = {}
     for members in groups.values():
+        check_stop()
         c0 = cfgs[members[0]]
-        models, hypers, ov0s = (shard_leading(_stack_points([built[i][j] for i in members]))
-                                for j in range(3))
+        models, steps, ov0s = (shard_leading(_stack_points([built[i][j] for i in members]))
+                               for j in range(3))
         backend = backend_of(c0)
         # the engine's field nodes (closed under head permutations) and risk nodes
         model0 = c0.build_model()
-        nodes = ManifoldField.build(model0, Hyper.from_config(c0), backend).nodes
-        risk_nodes = backend.nodes(key_dims(model0))
-        o = c0.ode
-        ys, code, r = _solve_group(models, hypers, ov0s, nodes, jnp.asarray(ts),
-                                   get_solver(o.solver), o.rtol, o.atol,
-                                   max_steps or o.max_steps, float(diverge_at), backend,
-                                   risk_nodes)
+        integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
+                                            **({"max_steps": max_steps} if max_steps else {}))
+        ys, code, r = _solve_group(models, steps, ov0s, key_nodes(model0, backend),
+                                   jnp.asarray(ts), integrator, risk_nodes(model0, backend),
+                                   c0.ode.sgd_noise)
+        check_stop()              # a stop request ends the solves early: do not report them
         code = np.asarray(code)
         status[members] = code
         risk[members] = np.asarray(r)
-        for name in ("m", "q", "n", "s", "b"):
+        for name in ORDER_PARAMETERS:
             v = np.asarray(getattr(ys, name))
             if name not in arrays:
                 arrays[name] = np.full((len(points),) + v.shape[1:], np.nan)
-            if arrays[name].shape[1:] != v.shape[1:]:
-                raise HeadflowError(f"sweep: grid keys that change the shape of {name} "
-                                    "(model.H, model.F) cannot be stored together; sweep them "
-                                    "in separate runs")
             arrays[name][members] = v
     del progress
     null = np.array([c.model.noise**2 + c.model.rho for c in cfgs])

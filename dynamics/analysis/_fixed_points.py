@@ -33,10 +33,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ._overlaps import Overlaps
-from ._risk import population_risk
-from .expectations import AbstractExpectation
-from .ode import AbstractField, ManifoldField, integrate
+from .._linalg import psd_part
+from .._overlaps import ORDER_PARAMETERS, Overlaps
+from .._risk import population_risk
+from ..fields import AbstractField, ManifoldField
+from ..ode import Integrator, integrate
 
 STATIONARY_Z = 0.25
 """Default `z`: stationary when `|RHS_i| ≤ z·err_i + atol` for every component."""
@@ -45,13 +46,50 @@ STATIONARY_ATOL = 1e-7
 """Default absolute floor of the stationarity tolerance (components whose error bar is exactly
 zero, e.g. the bias drift of per-head softmax, where the bias cancels)."""
 
+TRUST_RADIUS = 0.5
+"""Largest accepted move of a Newton polish, relative to `max(1, max|state|)`."""
+
+GROWTH_TOL = 1e-4
+"""A polished state is a saddle (rejected) when its reduced Jacobian has an eigenvalue with real
+part above this (in units of 1/t)."""
+
+
+class StationarityTest(eqx.Module):
+    """`|RHS_i| ≤ z·err_i + atol` for every component (`err` by the nodes' error rule)."""
+
+    z: float = STATIONARY_Z
+    atol: float = STATIONARY_ATOL
+
+
+class Chunks(eqx.Module):
+    """The integration schedule of [`find_fixed_point`][]: from `t0`, a first chunk of length
+    `t_first` (default `(t_max − t0)/64`), then chunks up to `growth` times the elapsed time,
+    until `t_max`; `saves` log-spaced saved states per chunk."""
+
+    t_max: float
+    t_first: float | None = None
+    growth: float = 2.0
+    saves: int = 16
+    t0: float = 0.0
+
+
+class NewtonPolish(eqx.Module):
+    """The Newton acceleration of [`find_fixed_point`][] (manifold fields): tried after every
+    non-stationary chunk that ends after `t0 + after`; a polished state is accepted under the
+    conditions listed there (`growth_tol`: no eigenvalue of the reduced Jacobian with real part
+    above it; `trust`: largest move relative to `max(1, max|state|)`)."""
+
+    after: float = 0.0
+    growth_tol: float = GROWTH_TOL
+    trust: float = TRUST_RADIUS
+
 
 class Stationarity(eqx.Module):
     """The stationarity check of one state.
 
-    **Fields:** `rhs` and `err` (the right-hand side and its Monte Carlo error, leafwise),
-    `residual` (`max_i |RHS_i|`), `ratio` (`max_i |RHS_i| / (z·err_i + atol)`; ≤ 1 means
-    stationary), `stationary`, and the `z`, `atol` used.
+    **Fields:** `rhs` and `err` (the right-hand side and its error, leafwise), `residual`
+    (`max_i |RHS_i|`), `ratio` (`max_i |RHS_i| / (z·err_i + atol)`; ≤ 1 means stationary),
+    `stationary`, and the `test` used.
     """
 
     rhs: Overlaps
@@ -59,45 +97,41 @@ class Stationarity(eqx.Module):
     residual: float = eqx.field(static=True)
     ratio: float = eqx.field(static=True)
     stationary: bool = eqx.field(static=True)
-    z: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
+    test: StationarityTest = StationarityTest()
 
     def summary(self) -> dict[str, float | bool]:
         """JSON-able numbers: residual, ratio, stationary, and per order parameter the largest
         |RHS| and its error bar."""
         out: dict[str, float | bool] = {"residual": self.residual, "ratio": self.ratio,
-                                        "stationary": self.stationary, "z": self.z,
-                                        "atol": self.atol}
-        for name in ("m", "q", "n", "s", "b"):
+                                        "stationary": self.stationary, "z": self.test.z,
+                                        "atol": self.test.atol}
+        for name in ORDER_PARAMETERS:
             out[f"rhs_{name}"] = float(jnp.max(jnp.abs(getattr(self.rhs, name))))
             out[f"err_{name}"] = float(jnp.max(jnp.abs(getattr(self.err, name))))
         return out
 
 
 @eqx.filter_jit
-def _rhs_with_error(field: AbstractField, ov: Overlaps, backend: AbstractExpectation):
-    return field.with_error(ov, backend)
+def _rhs_with_error(field: AbstractField, ov: Overlaps):
+    return field.with_error(ov)
 
 
-def stationarity(field: AbstractField, ov: Overlaps, backend: AbstractExpectation, *,
-                 z: float = STATIONARY_Z, atol: float = STATIONARY_ATOL) -> Stationarity:
-    """Check `|RHS_i| ≤ z·err_i + atol` for every component of the vector field at `ov`.
-
-    **Arguments:** `field` the vector field, `ov` one state, `backend` the expectation rule the
-    field's nodes came from (it supplies the error rule: MC standard error or the QMC replicate
-    spread), `z`, `atol` the tolerance.
+def stationarity(field: AbstractField, ov: Overlaps,
+                 test: StationarityTest = StationarityTest()) -> Stationarity:
+    """Check `|RHS_i| ≤ z·err_i + atol` for every component of the vector field at `ov`, with
+    the error by the rule of the field's nodes (MC standard error, QMC replicate spread, …).
 
     **Returns:** a [`Stationarity`][].
     """
-    rhs, err = _rhs_with_error(field, ov, backend)
+    rhs, err = _rhs_with_error(field, ov)
     f = np.concatenate([np.abs(np.ravel(x)) for x in jax.tree.leaves(rhs)])
     e = np.concatenate([np.abs(np.ravel(x)) for x in jax.tree.leaves(err)])
     if not np.all(np.isfinite(f)):
         return Stationarity(rhs=rhs, err=err, residual=float("nan"), ratio=float("inf"),
-                            stationary=False, z=z, atol=atol)
-    ratio = float(np.max(f / (z * e + atol)))
+                            stationary=False, test=test)
+    ratio = float(np.max(f / (test.z * e + test.atol)))
     return Stationarity(rhs=rhs, err=err, residual=float(np.max(f)), ratio=ratio,
-                        stationary=ratio <= 1.0, z=z, atol=atol)
+                        stationary=ratio <= 1.0, test=test)
 
 
 class FixedPoint(eqx.Module):
@@ -127,62 +161,45 @@ class FixedPoint(eqx.Module):
         return self.check.stationary
 
 
-TRUST_RADIUS = 0.5
-"""Largest accepted move of a Newton polish, relative to `max(1, max|state|)`."""
+def find_fixed_point(field: AbstractField, ov0: Overlaps, chunks: Chunks,
+                     integrator: Integrator, *, test: StationarityTest = StationarityTest(),
+                     polish: NewtonPolish | None = None, progress=None) -> FixedPoint:
+    """Integrate from `ov0` until the state is stationary (see the module docstring) or
+    `chunks.t_max`.
 
-GROWTH_TOL = 1e-4
-"""A polished state is a saddle (rejected) when its reduced Jacobian has an eigenvalue with real
-part above this (in units of 1/t)."""
+    The integration runs in chunks (see [`Chunks`][]), checking stationarity after every
+    chunk, so a state that settles early stops early and one that creeps (slow directions) gets
+    exponentially longer integrations.
 
+    With a `polish` (manifold fields only), a chunk that ends non-stationary after
+    `t0 + polish.after` is followed by a Newton polish ([`newton_polish`][]); the polished
+    state is taken only if it passes the stationarity check, the reduced Jacobian there has no
+    eigenvalue with real part above `polish.growth_tol` (no saddle), no order parameter moved
+    by more than `polish.trust · max(1, max|state|)`, and, for gradient flow (no η² terms),
+    the risk did not increase (the flow lowers the risk, so it can only reach fixed points
+    below the current risk; without this, Newton may jump to another fixed point, e.g.
+    softmax-1 with biases → +∞, i.e. plain softmax). Integration then resumes from it for a
+    verification chunk of length `t_first`, and only the check after that chunk can end the
+    search: every reported fixed point is a state the *integration* stays at.
 
-def find_fixed_point(field: AbstractField, ov0: Overlaps, backend: AbstractExpectation, *,
-                     t_max: float, t_first: float | None = None, growth: float = 2.0,
-                     saves_per_chunk: int = 16, solver: str = "tsit5", rtol: float = 1e-6,
-                     atol: float = 1e-8, max_steps: int = 100000, z: float = STATIONARY_Z,
-                     stationary_atol: float = STATIONARY_ATOL, t0: float = 0.0,
-                     polish: bool = False, polish_after: float = 0.0,
-                     growth_tol: float = GROWTH_TOL, trust: float = TRUST_RADIUS,
-                     progress=None) -> FixedPoint:
-    """Integrate from `ov0` until the state is stationary (see the module docstring) or `t_max`.
-
-    The integration runs in chunks `[t0, t0 + t_first]`, then up to `growth` times the elapsed
-    time each, checking stationarity after every chunk, so a state that settles early stops
-    early and one that creeps (slow directions) gets exponentially longer integrations.
-
-    With `polish=True` (manifold fields only), a chunk that ends non-stationary after
-    `t0 + polish_after` is followed by a Newton polish ([`newton_polish`][]); the polished
-    state is taken only if it passes the stationarity check, the reduced Jacobian
-    there has no eigenvalue with real part above `growth_tol` (no saddle), no order parameter
-    moved by more than `trust · max(1, max|state|)`, and, for gradient flow (no η² terms), the
-    risk did not increase (the flow lowers the risk, so it can only reach fixed points below
-    the current risk; without this, Newton may jump to another fixed point, e.g. softmax-1
-    with biases → +∞, i.e. plain softmax). Integration then
-    resumes from it for a verification chunk of length `t_first`, and only the check after that
-    chunk can end the search: every reported fixed point is a state the *integration* stays at.
-
-    **Arguments:**
-
-    - `field`, `ov0`, `backend`: the vector field, the start and the expectation rule of the
-      field's nodes (for the error bar of the check).
-    - `t_max`: the longest time to integrate to. `t_first`: the first chunk (default
-      `(t_max − t0) / 64`). `growth`: chunk growth factor.
-    - `saves_per_chunk`: saved states per chunk (log-spaced), for trajectories.
-    - `solver`, `rtol`, `atol`, `max_steps`: passed to [`dynamics.ode.integrate`][] per chunk.
-    - `z`, `stationary_atol`: the stationarity tolerance.
-    - `polish`, `polish_after`, `growth_tol`, `trust`: the Newton acceleration (above).
-    - `progress`: optional callable `progress(t, check)` called after each chunk.
+    **Arguments:** `field`, `ov0`: the vector field and the start; `chunks`: the schedule;
+    `integrator`: passed to [`dynamics.ode.integrate`][] per chunk; `test`: the stationarity
+    tolerance; `polish`: the Newton acceleration (None: off); `progress`: optional callable
+    `progress(t, check)` called after each chunk.
 
     **Returns:** a [`FixedPoint`][]; `stationary` is False when `t_max` was reached first.
 
     **Raises:** what [`dynamics.ode.integrate`][] raises (divergence, `max_steps`).
     """
+    t0, t_max = float(chunks.t0), float(chunks.t_max)
     if not t_max > t0:
         raise ValueError(f"t_max = {t_max} must exceed t0 = {t0}")
-    if polish and not isinstance(field, ManifoldField):
-        raise ValueError("polish=True needs the manifold vector field (ode.form = 'manifold')")
-    t_first = (t_max - t0) / 64.0 if t_first is None else float(t_first)
+    if polish is not None and not isinstance(field, ManifoldField):
+        raise ValueError("a Newton polish needs the manifold vector field (ode.form = "
+                         "'manifold')")
+    t_first = (t_max - t0) / 64.0 if chunks.t_first is None else float(chunks.t_first)
     ov = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
-    t = float(t0)
+    t = t0
     ts_all, traj, steps, first = [np.asarray([t])], [jax.tree.map(lambda x: x[None], ov)], 0, True
     polished_at: list[float] = []
     attempts: list[tuple] = []
@@ -191,29 +208,30 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, backend: AbstractExpec
     while True:
         # log-spaced saves inside the chunk (fine near its start, where things move)
         span = horizon - t
-        ts = t + span * (np.geomspace(1.0, 1.0 + 63.0, saves_per_chunk) - 1.0) / 63.0
+        ts = t + span * (np.geomspace(1.0, 1.0 + 63.0, chunks.saves) - 1.0) / 63.0
         ts[0], ts[-1] = t, horizon
-        sol = integrate(field, ov, ts, solver=solver, rtol=rtol, atol=atol,
-                        max_steps=max_steps, check=first)
+        sol = integrate(field, ov, ts, integrator, check=first)
         first = False
         steps += sol.num_steps
         ts_all.append(np.asarray(sol.t)[1:])
         traj.append(jax.tree.map(lambda x: x[1:], sol.overlaps))
         ov = jax.tree.map(lambda x: x[-1], sol.overlaps)
         t = horizon
-        check = stationarity(field, ov, backend, z=z, atol=stationary_atol)
+        check = stationarity(field, ov, test)
         if progress is not None:
             progress(t, check)
         if check.stationary or t >= t_max:
             break
-        horizon = min(t0 + (t - t0) * growth, t_max)
-        if polish and t - t0 >= polish_after:
-            p = newton_polish(field, ov, backend, z=z, atol=stationary_atol)
+        horizon = min(t0 + (t - t0) * chunks.growth, t_max)
+        if polish is not None and t - t0 >= polish.after:
+            assert isinstance(field, ManifoldField)
+            p = newton_polish(field, ov, test=test)
             why = ("no Newton step lowered the residual" if not p.accepted else
                    f"not stationary after polish (ratio {p.check.ratio:.3g})"
                    if not p.check.stationary else
-                   f"saddle (growth rate {p.max_growth:.2g})" if not p.max_growth <= growth_tol
-                   else _implausible(field, backend, ov, p.overlaps, trust))
+                   f"saddle (growth rate {p.max_growth:.2g})"
+                   if not p.max_growth <= polish.growth_tol
+                   else _implausible(field, ov, p.overlaps, polish.trust))
             attempts.append((t, check.ratio, p.check.ratio, p.max_growth, why or "accepted"))
             if not why:
                 ov, max_growth = p.overlaps, p.max_growth
@@ -227,19 +245,19 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, backend: AbstractExpec
                       max_growth=max_growth, polish_attempts=tuple(attempts))
 
 
-def _implausible(field: AbstractField, backend: AbstractExpectation, old: Overlaps,
-                 new: Overlaps, trust: float) -> str:
+def _implausible(field: ManifoldField, old: Overlaps, new: Overlaps, trust: float) -> str:
     """Why `new` is not a fixed point the flow from `old` can plausibly reach ("" if it is;
-    see [`find_fixed_point`][]): a bounded move and, for gradient flow, no risk increase."""
+    see [`find_fixed_point`][]): a bounded move and, for gradient flow, no risk increase (risks
+    on the field's own nodes)."""
     a = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(old)])
     b = np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(new)])
     move, radius = float(np.max(np.abs(b - a))), trust * max(1.0, float(np.max(np.abs(a))))
     if not move <= radius:
         return f"moved {move:.3g} > trust radius {radius:.3g}"
-    if field.hyper.sgd_noise:
+    if field.sgd_noise:
         return ""
-    risk = eqx.filter_jit(lambda m, o: population_risk(m, o, backend, manifold=True)[0])
-    r_old, r_new = float(risk(field.model, old)), float(risk(field.model, new))
+    risk = eqx.filter_jit(lambda f, o: population_risk(f.model, o, f.nodes, manifold=True)[0])
+    r_old, r_new = float(risk(field, old)), float(risk(field, new))
     if r_new > r_old + 1e-12 * abs(r_old):
         return f"risk would rise ({r_old:.6g} -> {r_new:.6g}) under gradient flow"
     return ""
@@ -257,14 +275,8 @@ class Polish(eqx.Module):
     max_growth: float = eqx.field(static=True)
 
 
-def _psd_part(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
-    a = 0.5 * (a + a.T)
-    lam, u = jnp.linalg.eigh(a)
-    return (u * jnp.clip(lam, 0.0)) @ u.T
-
-
-def newton_polish(field: ManifoldField, ov: Overlaps, backend: AbstractExpectation, *,
-                  z: float = STATIONARY_Z, atol: float = STATIONARY_ATOL, iterations: int = 8,
+def newton_polish(field: ManifoldField, ov: Overlaps, *,
+                  test: StationarityTest = StationarityTest(), iterations: int = 8,
                   rcond: float = 1e-9) -> Polish:
     """Damped Newton iterations on the stationarity equations of the manifold ODE, in the
     reduced unknowns `x = (m, n, s, b)` with the key overlaps orthogonal to the teacher,
@@ -286,7 +298,7 @@ def newton_polish(field: ManifoldField, ov: Overlaps, backend: AbstractExpectati
     H, F = ov.H, ov.F
     iu = np.triu_indices(H)
     ov = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov)
-    r = _psd_part(ov.r)
+    r = psd_part(ov.r)
 
     def unpack(x):
         i = H * F
@@ -301,15 +313,15 @@ def newton_polish(field: ManifoldField, ov: Overlaps, backend: AbstractExpectati
     def pack(o):
         return jnp.concatenate([o.m.ravel(), o.n, o.s[iu], o.b])
 
-    check = stationarity(field, ov, backend, z=z, atol=atol)
-    scale = 1.0 / (z * np.abs(np.asarray(pack(check.err))) + atol)
+    check = stationarity(field, ov, test)
+    scale = 1.0 / (test.z * np.abs(np.asarray(pack(check.err))) + test.atol)
     res = eqx.filter_jit(lambda f, x: pack(f(0.0, unpack(x))))
     jac = eqx.filter_jit(lambda f, x: jax.jacfwd(lambda y: pack(f(0.0, unpack(y))))(x))
     x = np.asarray(pack(ov))
     fx = np.asarray(res(field, jnp.asarray(x))) * scale
     best = float(np.max(np.abs(fx)))
     accepted, it = False, 0
-    for it in range(1, iterations + 1):
+    for it in range(1, iterations + 1):  # noqa: B007 (the count is reported)
         J = np.asarray(jac(field, jnp.asarray(x))) * scale[:, None]
         if not np.all(np.isfinite(J)):
             break
@@ -332,5 +344,5 @@ def newton_polish(field: ManifoldField, ov: Overlaps, backend: AbstractExpectati
     J = np.asarray(jac(field, jnp.asarray(x)))
     growth = (float(np.max(np.linalg.eigvals(J).real)) if np.all(np.isfinite(J))
               else float("inf"))
-    return Polish(overlaps=out, check=stationarity(field, out, backend, z=z, atol=atol),
+    return Polish(overlaps=out, check=stationarity(field, out, test),
                   iterations=it, accepted=accepted, max_growth=growth)

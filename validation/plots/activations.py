@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -11,20 +12,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-_COLORS = {"softmax": "C0", "softmax1": "C1", "bayes_softmax": "C2"}
-_LABELS = {"softmax": "softmax", "softmax1": "softmax-1", "bayes_softmax": "Bayes-softmax"}
+from dynamics.activations import activation_class, activation_color, activation_names  # noqa: E402
 
 
 def _color(act: str, i: int) -> str:
-    return _COLORS.get(act, f"C{3 + i}")
+    del i
+    return activation_color(act)
 
 
 def label(act: str) -> str:
-    return _LABELS.get(act, act)
+    """The activation's name in figures (its class's `label`)."""
+    return activation_class(act).label if act in activation_names() else act
 
 
 def plot_final_risk(path: Path, amplitudes, final: dict, final_err: dict, bayes, bayes_err, *,
-                    mode: str, sgd: list[dict] = (), null_risk: float | None = None,
+                    mode: str, sgd: Sequence[dict] = (), null_risk: float | None = None,
                     stationary: dict | None = None, title: str = "") -> None:
     """Final (long-time) risk versus signal amplitude per activation, with `R_Bayes` and SGD
     points; non-stationary states (t_max reached) drawn with open markers."""
@@ -93,7 +95,7 @@ def plot_risk_curves(path: Path, runs: dict, bayes: dict | None = None, title: s
     plt.close(fig)
 
 
-def plot_excess_eta(path: Path, etas, excess, excess_err, *, sgd: list[dict] = (),
+def plot_excess_eta(path: Path, etas, excess, excess_err, *, sgd: Sequence[dict] = (),
                     slope: float | None = None, bayes: float, gf_excess: float | None = None,
                     title: str = "") -> None:
     """Stationary excess risk `R − R_Bayes` versus η (log-log), ODE with η² terms and SGD."""

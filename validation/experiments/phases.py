@@ -1,9 +1,10 @@
 """Phases of a trajectory (ODE or SGD alike): the unspecialized plateau, the specialization
-stages and the excursions (spec §8 items 1–2).
+stages and the excursions (`docs/phases.md`).
 
 Everything is read off the head–feature alignment `α_hf = m_hf/√q_hh` (the cosine of head h
-with feature f, [`validation.analysis.alignment`][]), with one threshold `θ` (default
-[`validation.analysis.ESCAPE_THRESHOLD`][] = 0.2) and hysteresis at `θ/2` against SGD noise.
+with feature f, [`dynamics.measures.alignment`][]), with one threshold `θ` (default
+[`dynamics.measures.ESCAPE_THRESHOLD`][] = 0.2) and hysteresis at `θ/2` against SGD noise
+([`dynamics.measures.persistent_crossing`][]).
 Definitions, thresholds and their justification: `docs/phases.md`.
 
 - **separation** of heads h, h': `d_hh'(t) = max_f |α_hf − α_h'f|`; they *separate* at the
@@ -27,9 +28,15 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .analysis import ESCAPE_THRESHOLD, alignment
+from dynamics import ORDER_PARAMETERS
+from dynamics.measures import ESCAPE_THRESHOLD, alignment, persistent_crossing
+from dynamics.ode import Integrator, backend_of, initial_state, integrate, trajectory_risk
+
+from .escape import manifold_field
 
 ENTRY_FRACTION = 0.9
 """The plateau starts when the mean alignment reaches this fraction of its value at the exit."""
@@ -37,33 +44,8 @@ ENTRY_FRACTION = 0.9
 SMOOTH = 5
 """Width (save points) of the running median applied to the mean alignment."""
 
-HYSTERESIS = 0.5
-"""A crossing of `θ` counts only if the quantity never returns below `HYSTERESIS·θ` later."""
-
 SETTLE = 2.0
 """A stage's feature is read when the split has grown to `SETTLE·θ`."""
-
-
-def persistent_crossing(t: np.ndarray, x: np.ndarray, threshold: float,
-                        hysteresis: float = HYSTERESIS) -> float | None:
-    """First time `x (T)` reaches `threshold` after its last visit below
-    `hysteresis·threshold` (linear interpolation between save points); None if it never
-    does. Robust to noise blips: a crossing followed by a return below the lower level does not
-    count."""
-    t = np.asarray(t, dtype=np.float64)
-    x = np.asarray(x, dtype=np.float64)
-    low = np.nonzero(x < hysteresis * threshold)[0]
-    start = int(low[-1]) if low.size else -1
-    above = np.nonzero(x[start + 1:] >= threshold)[0]
-    if above.size == 0:
-        return None
-    k = start + 1 + int(above[0])
-    if k == 0:
-        return float(t[0])
-    a, b = x[k - 1], x[k]
-    if b == a:
-        return float(t[k])
-    return float(t[k - 1] + (threshold - a) / (b - a) * (t[k] - t[k - 1]))
 
 
 def _interp_rows(t: np.ndarray, y: np.ndarray, at: float) -> np.ndarray:
@@ -294,6 +276,7 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
     a = _running_median(np.linalg.norm(alpha.mean(axis=1), axis=-1), SMOOTH)
     ref_t = exit_ if exit_ is not None else float(t[-1])
     a_ref = float(np.interp(ref_t, t, a))
+    entry: float | None
     if a_ref < threshold:
         entry = float(t[0])
     else:
@@ -330,3 +313,16 @@ def seed_summary(phases: list[Phases]) -> dict:
             "feature_times_mean": [None if not np.isfinite(ftimes[:, f]).any()
                                    else float(np.nanmean(ftimes[:, f]))
                                    for f in range(ftimes.shape[1])] if phases else []}
+
+
+def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False) -> dict:
+    """The manifold ODE from `ov0` on `times` (float64), with its risk: `ode.npz` arrays."""
+    model = cfg.build_model()
+    field = manifold_field(cfg, model, equivariant=equivariant)
+    ov0 = initial_state(cfg, model) if ov0 is None else ov0
+    ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0.on_manifold())
+    sol = integrate(field, ov0, times, Integrator.from_config(cfg.ode), progress=progress)
+    risk, err = trajectory_risk(model, sol.overlaps, backend_of(cfg), manifold=True)
+    arrays = sol.overlaps.arrays()
+    return {"t": np.asarray(sol.t), "risk": np.asarray(risk), "risk_err": np.asarray(err),
+            **{k: arrays[k] for k in ORDER_PARAMETERS}}

@@ -1,9 +1,9 @@
-"""Activations compared at long times (spec §7, §8 item 4): error floors, Bayes-optimality, the
+"""Activations compared at long times (`docs/activations.md`): error floors, Bayes-optimality, the
 cost of SGD noise, and the number of heads.
 
 Every "final risk" here is the risk of a long-time state of the order-parameter ODE, reached by
 integration from a small random start and checked for stationarity
-([`dynamics.fixed_points.find_fixed_point`][]), evaluated on a larger node set than the one that
+([`dynamics.analysis.find_fixed_point`][]), evaluated on a larger node set than the one that
 drove the ODE. Definitions and decisions: `docs/activations.md`.
 """
 
@@ -18,11 +18,11 @@ import numpy as np
 
 from dynamics import Config, Overlaps, bayes_risk, population_risk, weights_from_overlaps
 from dynamics.expectations import AbstractExpectation, get_expectation
-from dynamics.fixed_points import STATIONARY_Z, FixedPoint, find_fixed_point
-from dynamics.ode import backend_of, build_field, initial_state, trajectory_risk
+from dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish, StationarityTest,
+                               find_fixed_point)
+from dynamics.ode import Integrator, backend_of, build_field, initial_state, trajectory_risk
 from sims import run_sgd
 
-ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
 MODES = ("gradient_flow", "sgd_noise")
 
 
@@ -101,11 +101,10 @@ def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
         ov0 = ov0.on_manifold()
     o = cfg.ode
     t_first = None if t_first is None else float(t_first)
-    fp = find_fixed_point(field, ov0, backend, t_max=float(t_max), t_first=t_first,
-                          solver=o.solver,
-                          rtol=o.rtol, atol=o.atol, max_steps=o.max_steps, z=float(z),
-                          polish=polish and manifold, polish_after=float(polish_after),
-                          progress=progress)
+    fp = find_fixed_point(field, ov0, Chunks(t_max=float(t_max), t_first=t_first),
+                          Integrator.from_config(o), test=StationarityTest(z=float(z)),
+                          polish=NewtonPolish(after=float(polish_after))
+                          if polish and manifold else None, progress=progress)
     risk_t, risk_t_err = trajectory_risk(model, fp.trajectory, backend, manifold=manifold)
     ev = backend if eval_backend is None else eval_backend
     r, e = jax.jit(lambda o: population_risk(model, o, ev, manifold=manifold))(fp.overlaps)
@@ -228,23 +227,6 @@ class EtaPoint:
     sgd: SGDPoint | None = None
 
 
-def project_psd(ov: Overlaps, rho: float) -> Overlaps:
-    """The nearest valid on-manifold state: the parts orthogonal to the teacher,
-    `r = q − m mᵀ` and `s − n nᵀ/ρ*`, with negative eigenvalues clipped to zero.
-
-    Long-time states sit at the edge of the PSD cone (`r → 0` at every minimum found), where
-    the integration can overshoot by round-off-sized negative eigenvalues (~1e-5); starting a
-    new integration from such a state would be refused by the initial-state check."""
-    def psd(a):
-        a = 0.5 * (a + a.T)
-        lam, u = jnp.linalg.eigh(a)
-        return (u * jnp.clip(lam, 0.0)) @ u.T
-
-    q = ov.m @ ov.m.T + psd(ov.r)
-    nn = jnp.outer(ov.n, ov.n) / rho
-    return Overlaps.manifold(m=ov.m, q=q, n=ov.n, s=nn + psd(ov.s - nn), b=ov.b)
-
-
 def noise_excess(cfg: Config, etas: Sequence[float], gradient_flow: LongTimeRun, *,
                  tau_max: float, eval_backend: AbstractExpectation | None = None,
                  sgd_etas: Sequence[float] = (), sgd_dim: int = 2000, sgd_seeds: int = 4,
@@ -254,7 +236,7 @@ def noise_excess(cfg: Config, etas: Sequence[float], gradient_flow: LongTimeRun,
     tau_max`), and for η in `sgd_etas` online SGD at `sgd_dim` started from weights with the
     gradient-flow fixed point's overlaps and run to `τ = sgd_tau`."""
     out = []
-    start = project_psd(gradient_flow.overlaps, cfg.model.rho)
+    start = gradient_flow.overlaps.nearest_valid(cfg.model.rho)
     for eta in etas:
         c = mode_config(with_lr(cfg, eta), "sgd_noise")
         run = long_time(c, t_max=tau_max / eta, t_first=min(10.0, tau_max / 64) / eta,
@@ -271,11 +253,11 @@ def noise_excess(cfg: Config, etas: Sequence[float], gradient_flow: LongTimeRun,
 
 def power_law_slope(x: Sequence[float], y: Sequence[float]) -> float | None:
     """Least-squares slope of `log y` against `log x` (positive y only)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = (x > 0) & (y > 0)
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    ok = (xs > 0) & (ys > 0)
     if ok.sum() < 2:
         return None
-    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+    return float(np.polyfit(np.log(xs[ok]), np.log(ys[ok]), 1)[0])
 
 
 def heads_sweep(cfg: Config, heads: Sequence[int], activations: Sequence[str], *, mode: str,

@@ -1,4 +1,4 @@
-"""Pruning trained heads without retraining (spec §8 item 5).
+"""Pruning trained heads without retraining (`docs/activations.md`).
 
 Removing head h from a trained model (H → H−1) deletes its key, value and bias: the remaining
 heads' fields keep their joint Gaussian law (the corresponding sub-blocks of the overlaps), the
@@ -26,16 +26,15 @@ import dataclasses
 from typing import ClassVar
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from dynamics import HeadflowError, Model, Overlaps, population_risk
-from dynamics import key_dims, split_key_normals
-from dynamics._model import SIGNAL
+from dynamics import SIGNAL, HeadflowError, Model, Overlaps, key_expectation, population_risk
+from dynamics import risk_nodes as make_risk_nodes
 from dynamics.activations import AbstractActivation
-from dynamics.expectations import AbstractExpectation, Nodes
+from dynamics.measures import alignment
+from dynamics.expectations import AbstractExpectation, AbstractNodes
 
 PRUNABLE_TOLERANCE = 0.05
 """`prunable`: heads removable before the risk exceeds `(1 + 0.05) ×` the unpruned risk."""
@@ -50,6 +49,7 @@ class Pruned(AbstractActivation):
     other heads removed."""
 
     name: ClassVar[str] = "pruned"
+    label: ClassVar[str] = "pruned"
     base: AbstractActivation
     keep: tuple[int, ...] = eqx.field(static=True)
 
@@ -81,9 +81,8 @@ def remove_heads(ov: Overlaps, keep) -> Overlaps:
 
 
 @eqx.filter_jit
-def _risk(model: Model, ov: Overlaps, backend: AbstractExpectation, nodes: Nodes,
-          manifold: bool):
-    return population_risk(model, ov, backend, nodes, manifold=manifold)
+def _risk(model: Model, ov: Overlaps, nodes: AbstractNodes, manifold: bool):
+    return population_risk(model, ov, nodes, manifold=manifold)
 
 
 class SubsetRisk:
@@ -92,14 +91,13 @@ class SubsetRisk:
     def __init__(self, model: Model, ov: Overlaps, backend: AbstractExpectation, *,
                  manifold: bool):
         self.model, self.ov, self.backend, self.manifold = model, ov, backend, manifold
-        self.nodes = backend.nodes(key_dims(model))
+        self.nodes = make_risk_nodes(model, backend)
         self._cache: dict[tuple[int, ...], tuple[float, float]] = {}
 
     def __call__(self, keep) -> tuple[float, float]:
         keep = tuple(sorted(int(h) for h in keep))
         if keep not in self._cache:
-            r, e = _risk(pruned_model(self.model, keep), self.ov, self.backend, self.nodes,
-                         self.manifold)
+            r, e = _risk(pruned_model(self.model, keep), self.ov, self.nodes, self.manifold)
             self._cache[keep] = (float(r), float(e))
         return self._cache[keep]
 
@@ -195,27 +193,16 @@ def head_statistics(model: Model, ov: Overlaps, backend: AbstractExpectation, *,
     token `E A_{h1}` and in total `E Σ_ℓ A_{hℓ}`, its value alignment `n_h`, its key norm
     `√q_hh` and the cosines `m_hf/√q_hh` with the teacher directions, and for discrete priors
     the cosines with the support points."""
-    from dynamics import FieldLaw
+    def attention(chi_star, chi):
+        del chi_star
+        A = model.attention(chi, ov.b)
+        return jnp.stack([A[:, SIGNAL], jnp.sum(A, axis=-1)])
 
-    nodes = backend.nodes(key_dims(model))
-    law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
-
-    def at_node(x):
-        tn, g_star, g_perp = split_key_normals(model, x)
-        thetas, weights = model.prior.theta_nodes(tn[None, :])
-
-        def at(theta):
-            _, chi = law.key_fields(theta, g_star, g_perp)
-            A = model.attention(chi, ov.b)
-            return jnp.stack([A[:, SIGNAL], jnp.sum(A, axis=-1)])
-
-        return jnp.tensordot(weights, jax.vmap(at)(thetas[:, 0, :]), axes=1)
-
-    mean, _ = backend.estimate(jax.jit(jax.vmap(at_node)), nodes)
+    mean, _ = eqx.filter_jit(key_expectation)(model, ov, backend, attention, manifold=manifold)
     mean = np.asarray(mean)
     norm = np.sqrt(np.clip(np.diag(np.asarray(ov.q)), 1e-300, None))
     out = {"attention_signal": mean[0], "attention_total": mean[1], "n": np.asarray(ov.n),
-           "key_norm": norm, "cos_features": np.asarray(ov.m) / norm[:, None]}
+           "key_norm": norm, "cos_features": alignment(np.asarray(ov.m), np.asarray(ov.q))}
     points = getattr(model.prior, "points", None)
     if points is not None:
         P = np.asarray(points)

@@ -1,16 +1,18 @@
 """Phase diagram: the phase each grid point of a sweep has reached at `t_max`.
 
-Classes ([`validation.phase_plots.PHASE_CLASSES`][]), in this order of precedence:
+Classes ([`PHASE_CLASSES`][]), in this order of precedence:
 
 - **diverging**: the ODE could not be integrated to `t_max` (overlaps beyond `diverge_at`,
   non-finite, or the step-size controller gave up), or its risk at `t_max` exceeds
   `DIVERGE_RISK` times the risk `Δ² + ρ*` of predicting zero (the norms are still growing
   without bound, just not yet past `diverge_at`);
 - **specialized**: the head spread made a persistent crossing of θ (the plateau exit of
-  [`validation.phases.detect_phases`][]);
+  [`validation.experiments.phases.detect_phases`][], [`dynamics.measures.escape_time`][]);
 - **unspecialized plateau**: no escape, but the head-mean alignment `‖mean_h α_h‖` ≥ θ at
   `t_max` (the heads learned the mean direction together);
-- **no learning**: neither (the heads are still as unaligned as at the start).
+- **no learning**: neither (the heads are still as unaligned as at the start);
+- **max steps**: the solver ran out of steps (`--max-steps`, `ode.max_steps`) before `t_max`:
+  nothing can be said about the point.
 
 The grid is a sweep at one dimension `sim.dim` (the start carries its `O(1/√D)` head
 differences) and one horizon `t_max`: a plateau point may specialize later (escape grows like
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .analysis import ESCAPE_THRESHOLD, alignment
-from .phase_plots import PHASE_CLASSES
-from .phases import persistent_crossing
-from .sweep import SweepResult
+from dynamics.measures import ESCAPE_THRESHOLD, alignment, escape_time
 
-NO_LEARNING, UNSPECIALIZED, SPECIALIZED, DIVERGING = range(4)
+from .sweep import STATUS, SweepResult
+
+PHASE_CLASSES = ("no learning", "unspecialized", "specialized", "diverging", "max steps")
+"""The phases of a grid point, indexed by the class codes below."""
+
+NO_LEARNING, UNSPECIALIZED, SPECIALIZED, DIVERGING, MAX_STEPS = range(5)
 
 DIVERGE_RISK = 10.0
 """A final risk above this multiple of `Δ² + ρ*` (the risk of `ŷ ≡ 0`) counts as diverging."""
@@ -43,12 +47,14 @@ def classify(result: SweepResult, threshold: float = ESCAPE_THRESHOLD
         m, q = result.arrays["m"][i], result.arrays["q"][i]
         blown = (result.null_risk is not None
                  and not result.risk[i, -1] <= DIVERGE_RISK * result.null_risk[i])
+        if result.status[i] == STATUS.index("max_steps"):
+            classes[i] = MAX_STEPS          # not integrated to t_max: nothing to classify
+            continue
         if result.status[i] != 0 or not np.all(np.isfinite(q)) or blown:
             classes[i] = DIVERGING
             continue
         a = alignment(m, q)
-        spread = np.max(a.max(axis=1) - a.min(axis=1), axis=-1)
-        e = persistent_crossing(t, spread, threshold)
+        e = escape_time(t, m, q, threshold)
         if e is not None:
             classes[i] = SPECIALIZED
             escape[i] = e

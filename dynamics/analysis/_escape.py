@@ -1,0 +1,79 @@
+"""The escape time that linear stability predicts (`docs/phases.md`): the linearized head
+spread of a random start at dimension D grows like `e^{∫λ}/√D`, so
+`∫_0^{t_esc} λ(τ) dτ = ½ ln D + c`."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Float
+
+from .._model import Model
+from ..measures import alignment, first_crossing
+from ..ode import random_start
+from ._modes import HeadModes
+from ._symmetric import flatten, head_differences, unflatten
+from ._tangent import StabilityResult
+
+
+def initial_contrasts(model: Model, key, modes: HeadModes, *, n: int, dim: int, key_std: float,
+                      value_std: float, bias: float) -> Float[Array, "n Hm1 mu"]:
+    """Samples of the head-difference coordinates of a random initialization at dimension
+    `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D is
+    `coef/√D`): `n` independent draws of [`dynamics.ode.random_start`][] projected on the
+    standard blocks."""
+    keys = jr.split(key, n)
+
+    def one(k):
+        ov = random_start(model, k, dim, key_std=key_std, value_std=value_std, bias=bias)
+        d = flatten(head_differences(ov))
+        return jnp.einsum("knj,n->kj", modes.standard, d) * jnp.sqrt(float(dim))
+
+    return jax.jit(jax.vmap(one))(keys)
+
+
+def linear_spread(result: StabilityResult, modes: HeadModes,
+                  coef: Float[Array, "n Hm1 mu"]) -> np.ndarray:
+    """The head spread `max_f (max_h α_hf − min_h α_hf)` of the linearized perturbations
+    `δ(t) = Σ_k U_k Φ(t) coef_k` around the symmetric trajectory, `(n, T)`. The spread is
+    positively homogeneous of degree 1, so at dimension D it is this divided by `√D`."""
+    H, F = modes.H, modes.F
+
+    def at(ov, phi):
+        c = jnp.einsum("ij,nkj->nki", phi, coef)                       # (n, H−1, μ)
+        deltas = jnp.einsum("knj,mkj->mn", modes.standard, c)           # (n, N)
+
+        def spread(d):
+            _, da = jax.jvp(lambda o: alignment(o.m, o.q), (ov,), (unflatten(d, H, F),))
+            return jnp.max(jnp.max(da, axis=0) - jnp.min(da, axis=0))
+
+        return jax.vmap(spread)(deltas)
+
+    out = jax.jit(jax.vmap(at))(result.symmetric, result.propagator)   # (T, n)
+    return np.asarray(out).T
+
+
+def crossing_times(t: np.ndarray, values: np.ndarray, levels: np.ndarray) -> np.ndarray:
+    """[`dynamics.measures.first_crossing`][] of each row of `values (n, T)` through each of
+    `levels (k)`, NaN where it never crosses: `(n, k)`."""
+    out = np.full((values.shape[0], len(levels)), np.nan)
+    for i, row in enumerate(values):
+        for j, lev in enumerate(levels):
+            c = first_crossing(t, row, lev)
+            out[i, j] = np.nan if c is None else c
+    return out
+
+
+def predicted_escape_times(result: StabilityResult, modes: HeadModes,
+                           coef: Float[Array, "n Hm1 mu"], dims, threshold: float
+                           ) -> np.ndarray:
+    """Linear-theory escape times `(n, len(dims))`: the first time the linearized head spread of
+    each initial draw, divided by `√D`, reaches `threshold` (NaN if not before the end of
+    `result.t`). Since the spread grows like `e^{∫λ}`, this is `∫_0^{t_esc} λ = ½ ln D + c`."""
+    spread = linear_spread(result, modes, coef)
+    with np.errstate(divide="ignore"):
+        logs = np.log(np.maximum(spread, 1e-300))
+    levels = np.log(threshold) + 0.5 * np.log(np.asarray(dims, dtype=np.float64))
+    return crossing_times(np.asarray(result.t), logs, levels)

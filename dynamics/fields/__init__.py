@@ -1,0 +1,12 @@
+"""Order-parameter vector fields (`docs/ode.md#derivation-of-the-odes`): the reduced form on the
+invariant manifold and the generic local-field form, both averages over Gaussian nodes of
+derivatives taken by autodiff of [`dynamics.Model`][]'s predictor, the code the simulator runs."""
+
+from ._base import AbstractField as AbstractField
+from ._full import FullField as FullField
+from ._manifold import ManifoldField as ManifoldField
+from ._nodes import MAX_GROUP as MAX_GROUP
+from ._nodes import full_dims as full_dims
+from ._nodes import full_nodes as full_nodes
+from ._nodes import head_permutations as head_permutations
+from ._nodes import key_nodes as key_nodes

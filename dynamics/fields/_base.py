@@ -1,0 +1,78 @@
+"""The vector-field family: `d(overlaps)/dt` as an average over fixed Gaussian nodes."""
+
+from __future__ import annotations
+
+import abc
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._model import Model
+from .._overlaps import Overlaps
+from .._steps import StepSizes
+from ..expectations import AbstractNodes
+
+
+class AbstractField(eqx.Module):
+    """`d(overlaps)/dt` as an average over fixed Gaussian nodes of a per-node derivative (a
+    smooth function of the state: common random numbers). Call it as a diffrax vector field,
+    `field(t, ov, args)`.
+
+    Every term of the ODEs is affine in expectations, so the mean of the per-node derivatives
+    is the right-hand side and their spread, by the nodes' own error rule, its error
+    ([`with_error`][]). Subclasses implement `node_derivative`.
+
+    **Fields:** `model`, `steps` (the SGD step sizes), `nodes`, `sgd_noise` (keep the `η²`
+    terms; False: gradient flow), `chunk` (nodes per accumulation step).
+    """
+
+    model: eqx.AbstractVar[Model]
+    steps: eqx.AbstractVar[StepSizes]
+    nodes: eqx.AbstractVar[AbstractNodes]
+    sgd_noise: eqx.AbstractVar[bool]
+    chunk: eqx.AbstractClassVar[int]
+
+    @abc.abstractmethod
+    def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
+        """The derivative at one node `x` (its weighted mean over the nodes is the field)."""
+
+    def __call__(self, t, ov: Overlaps, args=None) -> Overlaps:
+        # Weighted sum over the nodes in chunks: keeps the per-node intermediates in cache
+        # (2-3x faster on CPU than one vmap over all nodes) without changing the result.
+        del t, args
+        x, w = self.nodes.x, self.nodes.w
+        n = x.shape[0]
+        c = min(self.chunk, n)
+        pad = (-n) % c
+        if pad:
+            x = jnp.concatenate([x, jnp.zeros((pad, x.shape[1]), x.dtype)])
+            w = jnp.concatenate([w, jnp.zeros(pad, w.dtype)])
+
+        def body(acc, xw):
+            xs, ws = xw
+            per = jax.vmap(lambda xi: self.node_derivative(ov, xi))(xs)
+            return jax.tree.map(lambda a, p: a + jnp.tensordot(ws, p, axes=1), acc, per), None
+
+        zero = jax.tree.map(jnp.zeros_like, ov)
+        acc, _ = jax.lax.scan(body, zero, (x.reshape(-1, c, x.shape[1]), w.reshape(-1, c)))
+        return acc
+
+    def per_node(self, ov: Overlaps) -> Overlaps:
+        """The derivative at every node (leaves with a leading node axis)."""
+        return jax.vmap(lambda x: self.node_derivative(ov, x))(self.nodes.x)
+
+    def with_error(self, ov: Overlaps) -> tuple[Overlaps, Overlaps]:
+        """`(RHS, its error estimate)` leafwise, by the nodes' error rule."""
+        return self.nodes.estimate(
+            lambda xs: jax.vmap(lambda x: self.node_derivative(ov, x))(xs))
+
+
+def outer_sum(a: Float[Array, "i L"], b: Float[Array, "j L"]) -> Float[Array, "i j"]:
+    """`Σ_ℓ a_{iℓ} b_{jℓ}` as a broadcast sum (fast under vmap on CPU)."""
+    return jnp.sum(a[:, None, :] * b[None, :, :], axis=-1)
+
+
+def zeros_like(ov: Overlaps) -> Overlaps:
+    return jax.tree.map(jnp.zeros_like, ov)

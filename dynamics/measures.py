@@ -1,0 +1,83 @@
+"""Measures of specialization, defined once and used by theory and simulation alike
+(`docs/phases.md`).
+
+- [`alignment`][] `α_hf = m_hf/√q_hh`: the cosine of head h with feature f;
+- [`head_spread`][] `max_f (max_h α_hf − min_h α_hf)`: 0 when all heads are alike;
+- [`persistent_crossing`][]: the first time a curve reaches a level after its last visit below
+  a lower level (hysteresis against noise); with no lower level it is the first crossing;
+- [`escape_time`][]: the end of the unspecialized plateau, the persistent crossing of
+  [`ESCAPE_THRESHOLD`][] by the head spread.
+
+The array functions accept numpy or JAX arrays with any leading axes (JAX ones stay JAX, so
+they can be differentiated); the crossing functions work on one curve sampled on a time grid.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ESCAPE_THRESHOLD = 0.2
+"""Head spread that marks the end of the unspecialized plateau. A random start at dimension D
+has differences `≈ √(2/D)` (0.09 at D = 250); specialized heads differ by O(1)."""
+
+HYSTERESIS = 0.5
+"""A crossing of a level θ counts only after the curve's last visit below `HYSTERESIS·θ`."""
+
+
+def _xp(*arrays: Any):
+    return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
+
+
+def alignment(m, q):
+    """`α_hf = m_hf / √q_hh` (`|k*_f|²/D = 1`); `m (..., H, F)`, `q (..., H, H)`."""
+    xp = _xp(m, q)
+    diag = xp.sqrt(xp.clip(xp.diagonal(q, axis1=-2, axis2=-1), 1e-300, None))
+    return m / diag[..., :, None]
+
+
+def head_spread(m, q):
+    """`max_f (max_h α_hf − min_h α_hf)`, `(...)` from `m (..., H, F)`, `q (..., H, H)`."""
+    xp = _xp(m, q)
+    a = alignment(m, q)
+    return xp.max(xp.max(a, axis=-2) - xp.min(a, axis=-2), axis=-1)
+
+
+def persistent_crossing(t, x, level: float, *, lower: float | None = None) -> float | None:
+    """The first time `x (T)` reaches `level` after its last visit below `lower` (default
+    `HYSTERESIS·level`; `-inf` gives the plain first crossing), linearly interpolated between
+    save points; None if it never does.
+
+    A crossing followed by a return below `lower` does not count, so noise blips around the
+    level are ignored.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    lower = HYSTERESIS * level if lower is None else lower
+    low = np.nonzero(x < lower)[0]
+    start = int(low[-1]) if low.size else -1
+    above = np.nonzero(x[start + 1:] >= level)[0]
+    if above.size == 0:
+        return None
+    k = start + 1 + int(above[0])
+    if k == 0:
+        return float(t[0])
+    a, b = x[k - 1], x[k]
+    if b == a:
+        return float(t[k])
+    return float(t[k - 1] + (level - a) / (b - a) * (t[k] - t[k - 1]))
+
+
+def first_crossing(t, x, level: float) -> float | None:
+    """The first time `x (T)` reaches `level` (linear interpolation), None if it never does."""
+    return persistent_crossing(t, x, level, lower=-math.inf)
+
+
+def escape_time(t, m, q, threshold: float = ESCAPE_THRESHOLD) -> float | None:
+    """The escape from the unspecialized plateau of one run (`m (T, H, F)`, `q (T, H, H)`): the
+    persistent crossing of `threshold` by the [`head_spread`][]; None if it never escapes."""
+    return persistent_crossing(t, head_spread(np.asarray(m), np.asarray(q)), threshold)

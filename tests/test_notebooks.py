@@ -1,0 +1,56 @@
+"""Every notebook in `notebooks/` runs top to bottom at `SIZE = "ci"` and ends with its verdict.
+
+Conventions (checked here): the committed notebook has no outputs; its first code cell is
+tagged `parameters` (papermill style) and sets `SIZE`; the test replaces that cell's source with
+`SIZE = "ci"` and executes the notebook with nbclient in the `notebooks/` folder; the last line
+printed by the last cell is `verdict: <claim>: <reproduced|not reproduced>: <numbers>`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+VERDICT = re.compile(r"^verdict: [^:]+: (reproduced|not reproduced): .+$")
+
+
+def _parameters_cell(nb) -> int:
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code":
+            assert "parameters" in cell.metadata.get("tags", []), \
+                "the first code cell must be tagged `parameters`"
+            assert re.search(r"^SIZE = ", cell.source, re.M), "the parameters cell sets SIZE"
+            return i
+    raise AssertionError("no code cell")
+
+
+def _printed(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_and_states_its_verdict(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, \
+                "commit notebooks without outputs"
+    i = _parameters_cell(nb)
+    nb.cells[i].source = 'SIZE = "ci"'
+    NotebookClient(nb, timeout=900, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    last = _printed(nb.cells[-1]).strip().splitlines()
+    assert last, "the last cell prints nothing"
+    print(last[-1])
+    assert VERDICT.match(last[-1]), last[-1]

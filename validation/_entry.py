@@ -1,0 +1,33 @@
+"""The `headflow` console script. Only the standard library is imported here, so that an
+interrupt during the (slow) start-up ends the process quietly; `validation.cli` is imported
+once the early handlers are in place."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _early(signum, frame) -> None:
+    del frame
+    sys.stderr.write("headflow: interrupted\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def entry() -> None:
+    """Run `headflow` and exit with its status. After an interrupt the process ends without the
+    interpreter's teardown: JAX's runtime threads may still be winding down, and tearing them
+    down from a signal-interrupted state is what crashes."""
+    previous = {s: signal.signal(s, _early) for s in (signal.SIGINT, signal.SIGTERM)}
+    from .cli import main
+
+    code = main()
+    for s in previous:
+        signal.signal(s, _early)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if code in (130, 143):
+        os._exit(code)
+    sys.exit(code)

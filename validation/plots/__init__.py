@@ -1,0 +1,1 @@
+"""Figures from experiment results (no computation here beyond what a figure needs)."""
