@@ -34,7 +34,6 @@ import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 
 import validation.gpt2 as g  # noqa: E402
-from validation.gpt2._experiments import _extract  # noqa: E402
 
 PAPER_CPU_HOURS = 24 / 60 + 37 / 60 + 17 + 7 / 60 + 1 / 60  # the paper's five timings
 
@@ -56,14 +55,14 @@ class Clock:
         self.cpu = time.process_time() - self.cpu
 
 
-def _text_tokens(text: Path, length: int) -> np.ndarray:
-    from validation.gpt2.cli import default_tokenizer_dir
-
-    tok_dir = default_tokenizer_dir()
-    if tok_dir is None or not text.is_file():
-        print("  (GPT-2 BPE files or text not found: using random tokens)")
+def _text_tokens(text: Path | None, length: int) -> np.ndarray:
+    tok_dir = g.find_bpe_dir()
+    if tok_dir is None:
+        print("  (GPT-2 BPE files not found: using random tokens)")
         return np.random.default_rng(0).integers(0, 50257, size=(1, length)).astype(np.int32)
-    return g.text_tokens(g.load_tokenizer(tok_dir), g.read_text(text), length)
+    text = text or g.find_text()
+    body = g.read_text(text) if text is not None else g.fallback_text(8 * length + 4096)
+    return g.text_tokens(g.load_tokenizer(tok_dir), body, length)
 
 
 def bench_full(tokens: np.ndarray, length: int) -> None:
@@ -84,7 +83,9 @@ def bench_full(tokens: np.ndarray, length: int) -> None:
     print("  compile times (s): " + ", ".join(f"{k} {v:.1f}" for k, v in w["compile"].items()))
     print(f"  rigorous violations: {result.report['rigorous_violations']}  "
           f"critical N: {result.report['critical_topn']['critical_N']}")
-    print(f"  vs the paper's ~{PAPER_CPU_HOURS:.1f} h: {PAPER_CPU_HOURS * 3600 / c.wall:.0f}x (wall)")
+    print(
+        f"  vs the paper's ~{PAPER_CPU_HOURS:.1f} h: {PAPER_CPU_HOURS * 3600 / c.wall:.0f}x (wall)"
+    )
     print(f"  ≤ 5 minutes: {'yes' if c.wall <= 300 else 'NO'}")
 
 
@@ -117,10 +118,10 @@ def _direct_row(al, xs, n, rng, samples):
     pair = np.linalg.norm(xh[chosen][:, None] - xh[chosen][None], axis=-1)
     delta = np.min(pair[~np.eye(n, dtype=bool)]) if n > 1 else 0.0
     rem = mass - al[chosen]
-    cross = rem ** 2 - (np.sum(al[chosen] ** 2) - al[chosen] ** 2)
-    xi = np.sqrt(np.maximum(rem ** 2 - delta ** 2 / 2 * cross, 0))
+    cross = rem**2 - (np.sum(al[chosen] ** 2) - al[chosen] ** 2)
+    xi = np.sqrt(np.maximum(rem**2 - delta**2 / 2 * cross, 0))
     lower = max(0.0, 1 - xi.sum() / (n * r)) if r > 0 else 0.0
-    upper = np.mean(np.exp(-np.maximum(xi - r, 0) ** 2 / 2))
+    upper = np.mean(np.exp(-(np.maximum(xi - r, 0) ** 2) / 2))
     return d, bound, formula, mc, ratio, lower, upper
 
 
@@ -146,24 +147,38 @@ def _direct_loop(alpha, x, context, heads, rows, *, dist_ns, grid, sep_ns, sampl
 
 def bench_loop(tokens: np.ndarray) -> None:
     length = 256
-    print(f"\n[2] experiments 1–4 vectorized vs a direct per-head, per-row, per-N loop  (one layer, "
-          f"12 heads, L = {length}; load {_load()})")
+    print(
+        f"\n[2] experiments 1–4 vectorized vs a direct per-head, per-row, per-N loop  (one layer, "
+        f"12 heads, L = {length}; load {_load()})"
+    )
     from validation.gpt2._experiments import _critical_chunk, _distance_chunk, _separability_chunk
 
     model = g.init_gpt2(g.GPT2Config(), jr.key(0))
-    out = _extract(model, jnp.asarray(tokens[0, :length]), ("v", "attn"))
+    out = g.extract(model, jnp.asarray(tokens[0, :length]), ("v", "attn"))
     alpha, x = out.attn[5], out.v[5]
     cfg = g.BoundsConfig(lengths=(length,), n_values=(1, 5, 10, 20, 100))
-    dist_ns, grid, sep_ns = tuple(sorted(set(cfg.n_values) | {cfg.n_fixed})), cfg.grid, cfg.separability_n
+    dist_ns, grid, sep_ns = (
+        tuple(sorted(set(cfg.n_values) | {cfg.n_fixed})),
+        cfg.grid,
+        cfg.separability_n,
+    )
     context = np.arange(1, length + 1)
     ctx = jnp.asarray(context, jnp.int32)
     mc = jax.vmap(lambda k: g.random_ranks(k, ctx, length))(jr.split(jr.key(1), cfg.mc_samples))
     fns = [
-        jax.jit(lambda a, x, o, r, m: _distance_chunk(a, x, r, o[..., :100], m, ctx, ns=dist_ns,
-                                                      reading="sum", rtol=1e-4)),
-        jax.jit(lambda a, x, o, r, m: _critical_chunk(a, x, r, m[0], ctx, grid=grid, reading="sum")),
-        jax.jit(lambda a, x, o, r, m: _separability_chunk(a, x, o[..., :64], r, ctx, ns=sep_ns,
-                                                          radius=1.0, rtol=1e-4)),
+        jax.jit(
+            lambda a, x, o, r, m: _distance_chunk(
+                a, x, r, o[..., :100], m, ctx, ns=dist_ns, reading="sum", rtol=1e-4, bounded=True
+            )
+        ),
+        jax.jit(
+            lambda a, x, o, r, m: _critical_chunk(a, x, r, m[0], ctx, grid=grid, reading="sum")
+        ),
+        jax.jit(
+            lambda a, x, o, r, m: _separability_chunk(
+                a, x, o[..., :64], r, ctx, ns=sep_ns, radius=1.0, rtol=1e-4, bounded=True
+            )
+        ),
     ]
     order, ranks = (jnp.asarray(v) for v in g.topn_order_host(np.asarray(alpha), context))
     with Clock() as cc:
@@ -183,8 +198,17 @@ def bench_loop(tokens: np.ndarray) -> None:
     rows = list(range(length // 32 - 1, length, length // 16))  # 16 evenly spaced rows
     a_np, x_np = np.asarray(alpha, np.float64), np.asarray(x, np.float64)
     with Clock() as cl:
-        direct = _direct_loop(a_np, x_np, context, heads, rows, dist_ns=dist_ns, grid=grid,
-                              sep_ns=sep_ns, samples=cfg.mc_samples)
+        direct = _direct_loop(
+            a_np,
+            x_np,
+            context,
+            heads,
+            rows,
+            dist_ns=dist_ns,
+            grid=grid,
+            sep_ns=sep_ns,
+            samples=cfg.mc_samples,
+        )
     t_loop = cl.wall * (alpha.shape[0] * length) / (len(heads) * len(rows))
     # same numbers (random subsets aside)
     dist, crit, sep = res
@@ -192,29 +216,41 @@ def bench_loop(tokens: np.ndarray) -> None:
     for (kind, h, t, n), v in direct.items():
         if kind == "dist":
             i = dist_ns.index(n)
-            pairs = {"d": (dist["top"][h, t, i], v[0]), "bound": (dist["bound"][h, t, i], v[1]),
-                     "formula": (dist["formula"][h, t, i], v[2])}
+            pairs = {
+                "d": (dist["top"][h, t, i], v[0]),
+                "bound": (dist["bound"][h, t, i], v[1]),
+                "formula": (dist["formula"][h, t, i], v[2]),
+            }
         elif kind == "sep":
             i = sep_ns.index(n)
-            pairs = {"N_s/N": (sep["ratio"][h, t, i], v[0]),
-                     "lower": (sep["lower"][h, t, i], v[1])}
+            pairs = {"N_s/N": (sep["ratio"][h, t, i], v[0]), "lower": (sep["lower"][h, t, i], v[1])}
         else:
             continue
         for name, (a, b) in pairs.items():
             worst[name] = max(worst.get(name, 0.0), abs(a - b) / max(abs(b), 1e-3))
-    print(f"  N: {len(dist_ns)} (distance, {cfg.mc_samples} random subsets each), {len(grid)} "
-          f"(critical), {len(sep_ns)} (separability)")
+    print(
+        f"  N: {len(dist_ns)} (distance, {cfg.mc_samples} random subsets each), {len(grid)} "
+        f"(critical), {len(sep_ns)} (separability)"
+    )
     print(f"  ours {t_ours:.2f} s per layer (sort included; compile {cc.wall:.1f} s apart)")
-    print(f"  direct loop: {cl.wall:.1f} s on {len(heads)} heads × {len(rows)} evenly spaced rows, "
-          f"extrapolated {t_loop:.0f} s per layer")
+    print(
+        f"  direct loop: {cl.wall:.1f} s on {len(heads)} heads × {len(rows)} evenly spaced rows, "
+        f"extrapolated {t_loop:.0f} s per layer"
+    )
     diffs = ", ".join(f"{k} {v:.1e}" for k, v in worst.items())
-    print(f"  max relative differences: {diffs} (float32 vs float64; the bound uses the fast d_1, "
-          f"an upper bound where the selected set's diameter dominates)")
-    print(f"  speed-up {t_loop / t_ours:.0f}x  (≥ 100×: {'yes' if t_loop / t_ours >= 100 else 'NO'})")
+    print(
+        f"  max relative differences: {diffs} (float32 vs float64; the bound uses the fast d_1, "
+        f"an upper bound where the selected set's diameter dominates)"
+    )
+    print(
+        f"  speed-up {t_loop / t_ours:.0f}x  (≥ 100×: {'yes' if t_loop / t_ours >= 100 else 'NO'})"
+    )
 
 
 def bench_forward(tokens: np.ndarray, length: int) -> None:
-    print(f"\n[3] forward with attention extraction, GPT-2 124M shape, L = {length}  (load {_load()})")
+    print(
+        f"\n[3] forward with attention extraction, GPT-2 124M shape, L = {length}  (load {_load()})"
+    )
     try:
         import tempfile
 
@@ -237,8 +273,9 @@ def bench_forward(tokens: np.ndarray, length: int) -> None:
     ours = float(np.median(times))
     with tempfile.TemporaryDirectory() as tmp:
         g.save_checkpoint(model, tmp)
-        hf = transformers.GPT2Model.from_pretrained(tmp, attn_implementation="eager",
-                                                    dtype=torch.float32).eval()
+        hf = transformers.GPT2Model.from_pretrained(
+            tmp, attn_implementation="eager", dtype=torch.float32
+        ).eval()
     ids = torch.tensor(np.asarray(tokens[0, :length])[None])
     ref_times = []
     with torch.no_grad():
@@ -249,22 +286,35 @@ def bench_forward(tokens: np.ndarray, length: int) -> None:
             ref_times.append(c.wall)
     theirs = float(np.median(ref_times))
     ours_out = compiled(model, toks)
-    err = max(float(np.max(np.abs(np.asarray(ours_out.attn[i]) - a[0].numpy())))
-              for i, a in enumerate(ref.attentions))
-    print(f"  ours (q, k, v, attn of every layer): {ours:.2f} s (compile {cc.wall:.1f} s); "
-          f"transformers eager (attentions): {theirs:.2f} s; torch threads {torch.get_num_threads()}")
-    print(f"  max |attention difference| {err:.1e};  ratio {theirs / ours:.2f}x  "
-          f"(≥ 1×: {'yes' if theirs / ours >= 1 else 'NO'})")
+    err = max(
+        float(np.max(np.abs(np.asarray(ours_out.attn[i]) - a[0].numpy())))
+        for i, a in enumerate(ref.attentions)
+    )
+    print(
+        f"  ours (q, k, v, attn of every layer): {ours:.2f} s (compile {cc.wall:.1f} s); "
+        f"transformers eager (attentions): {theirs:.2f} s; torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"  max |attention difference| {err:.1e};  ratio {theirs / ours:.2f}x  "
+        f"(≥ 1×: {'yes' if theirs / ours >= 1 else 'NO'})"
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--skip-full", action="store_true")
     p.add_argument("--length", type=int, default=1024)
-    p.add_argument("--text", type=Path, default=REPO.parent / "shared" / "data" / "war_and_peace.txt")
+    p.add_argument(
+        "--text",
+        type=Path,
+        default=None,
+        help="text file (default: War and Peace where the tests find it, else a generated text)",
+    )
     args = p.parse_args()
-    print(f"headflow GPT-2 benchmarks: jax {jax.__version__}, devices {jax.devices()}, "
-          f"{os.cpu_count()} CPUs, load {_load()}")
+    print(
+        f"headflow GPT-2 benchmarks: jax {jax.__version__}, devices {jax.devices()}, "
+        f"{os.cpu_count()} CPUs, load {_load()}"
+    )
     tokens = _text_tokens(args.text, max(args.length, 256))
     bench_forward(tokens, args.length)
     bench_loop(tokens)

@@ -78,6 +78,3 @@ def psd_part(a: Float[Array, "n n"]) -> Float[Array, "n n"]:
     return (u * jnp.clip(lam, 0.0)[None, :]) @ u.T
 
 
-def min_eigenvalue(a: Float[Array, "n n"]) -> Float[Array, ""]:
-    """Smallest eigenvalue of the symmetric part of `a`."""
-    return jnp.linalg.eigvalsh(0.5 * (a + a.T))[0]

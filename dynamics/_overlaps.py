@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._errors import HeadflowError
-from ._linalg import min_eigenvalue, psd_part, psd_pinv_sqrt, psd_sqrt
+from ._linalg import psd_part, psd_pinv_sqrt, psd_sqrt
 from ._model import SIGNAL, ValueMoments
 
 ORDER_PARAMETERS = ("m", "q", "n", "s", "b")
@@ -81,7 +81,7 @@ class Overlaps(eqx.Module):
         """Project onto the invariant manifold (drop the cross overlaps)."""
         return Overlaps.manifold(self.m, self.q, self.n, self.s, self.b)
 
-    def nearest_valid(self, rho: float) -> Overlaps:
+    def nearest_valid(self, rho: float | Float[Array, ""]) -> Overlaps:
         """The nearest valid state on the manifold: the parts orthogonal to the teacher,
         `r = q − m mᵀ` and `s − n nᵀ/ρ*`, with negative eigenvalues clipped to zero.
 
@@ -102,7 +102,7 @@ class Overlaps(eqx.Module):
         """`[K; V][K; V]ᵀ/D`."""
         return jnp.block([[self.q, self.kv], [self.kv.T, self.s]])
 
-    def gram(self, rho: float) -> Float[Array, "P P"]:
+    def gram(self, rho: float | Float[Array, ""]) -> Float[Array, "P P"]:
         """The full Gram matrix `Ω` over `[K (H), V (H), K* (F), v* (1)]`."""
         H, F = self.H, self.F
         st = jnp.block([[self.m, self.kvs[:, None]], [self.vks, self.n[:, None]]])
@@ -120,9 +120,19 @@ class Overlaps(eqx.Module):
                    b=b, kv=K[:, H:2 * H], kvs=K[:, 2 * H + F], vks=V[:, 2 * H:2 * H + F])
 
     def check_psd(self, rho: float, *, what: str = "overlaps", tol: float = 1e-9) -> None:
-        """Raise a one-line error unless the Gram matrix is a valid (PSD) Gram matrix."""
-        lam = float(min_eigenvalue(self.gram(rho)))
-        scale = max(1.0, float(jnp.max(jnp.abs(self.gram(rho)))))
+        """Raise a one-line error unless the Gram matrix is a valid (PSD) Gram matrix (a host
+        check, in numpy: no compilation)."""
+        m, q, n, s, kv, kvs, vks = (np.asarray(getattr(self, k), dtype=np.float64)
+                                    for k in ("m", "q", "n", "s", "kv", "kvs", "vks"))
+        F = m.shape[-1]
+        st = np.block([[m, kvs[:, None]], [vks, n[:, None]]])
+        tt = np.diag(np.concatenate([np.ones(F), [rho]]))
+        gram = np.block([[np.block([[q, kv], [kv.T, s]]), st], [st.T, tt]])
+        if not np.all(np.isfinite(gram)):
+            lam = float("nan")
+        else:
+            lam = float(np.linalg.eigvalsh(0.5 * (gram + gram.T))[0])
+        scale = max(1.0, float(np.max(np.abs(gram))) if np.all(np.isfinite(gram)) else 1.0)
         if not np.isfinite(lam) or lam < -tol * scale:
             raise HeadflowError(
                 f"{what} are not a valid Gram matrix (smallest eigenvalue {lam:.3g} < 0): "
@@ -150,7 +160,8 @@ class FieldLaw(eqx.Module):
     sigma: Float[Array, "H1 H1"]
 
     @classmethod
-    def from_overlaps(cls, ov: Overlaps, rho: float, *, manifold: bool = False) -> FieldLaw:
+    def from_overlaps(cls, ov: Overlaps, rho: float | Float[Array, ""], *,
+                      manifold: bool = False) -> FieldLaw:
         """**Arguments:** `ov` one state, `rho` = ρ*, `manifold`: treat the cross overlaps as
         zero (the fast path; no pseudo-inverse). **Returns:** the field law."""
         H, F = ov.H, ov.F
@@ -175,11 +186,18 @@ class FieldLaw(eqx.Module):
         chi_star = g_star + theta[:, None] * (jnp.arange(L) == SIGNAL)[None, :]
         return chi_star, _matmul(self.m, chi_star) + _matmul(self.r_half, g_perp)
 
+    def value_means(self, chi_star: Float[Array, "F L"],
+                    g_perp: Float[Array, "H L"]) -> Float[Array, "H1 L"]:
+        """`E[(z_ℓ, y*_ℓ) | key fields]` for every token (rows: the H value fields, then the
+        teacher's); the covariance given the keys is `sigma` on every token, and tokens are
+        independent."""
+        return _matmul(self.b_perp, g_perp) + _matmul(self.b_star, chi_star)
+
     def value_moments(self, chi_star: Float[Array, "F L"],
                       g_perp: Float[Array, "H L"]) -> ValueMoments:
         """Moments of `(z, y*)` given the key fields."""
         H = self.m.shape[0]
-        mean = _matmul(self.b_perp, g_perp) + _matmul(self.b_star, chi_star)
+        mean = self.value_means(chi_star, g_perp)
         return ValueMoments(mz=mean[:H], my=mean[H, SIGNAL], szz=self.sigma[:H, :H],
                             szy=self.sigma[:H, H], syy=self.sigma[H, H])
 

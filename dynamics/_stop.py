@@ -2,20 +2,16 @@
 
 A host program (the `headflow` command line installs it for SIGINT and SIGTERM) calls
 [`request_stop`][]; every long loop of headflow calls [`check_stop`][] between its chunks (SGD
-segments, fixed-point chunks, sweep groups, GPT-2 layers), and every ODE solve ends at its next
-step (the stop is one of the solve's events, see `dynamics.ode.solve`). The computation then
-raises [`Interrupted`][], so the caller can clean up: nothing is interrupted in the middle of a
-compiled computation, and no result is reported as if it were complete.
+segments, ODE solves, fixed-point chunks, sweep batches, GPT-2 layers and lengths). The
+computation then raises [`Interrupted`][], so the caller can clean up: nothing is interrupted in
+the middle of a compiled computation, and no result is reported as if it were complete. (A
+check inside compiled code would need a host callback, which would keep the compiled programs
+out of JAX's persistent cache.)
 """
 
 from __future__ import annotations
 
 import threading
-
-import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.experimental import io_callback
 
 _REQUESTED = threading.Event()
 
@@ -43,11 +39,3 @@ def check_stop() -> None:
     if _REQUESTED.is_set():
         raise Interrupted("stopped on request")
 
-
-def _host_flag() -> np.bool_:
-    return np.bool_(_REQUESTED.is_set())
-
-
-def stop_flag() -> jax.Array:
-    """The stop request read from inside compiled code (a host callback; a boolean scalar)."""
-    return io_callback(_host_flag, jax.ShapeDtypeStruct((), jnp.bool_), ordered=False)

@@ -23,7 +23,7 @@ import tomli_w
 from ._errors import ConfigError, check_memory
 from ._model import Model
 from .activations import activation_class, get_activation
-from .expectations import MIN_SAMPLES
+from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
 
 
@@ -138,13 +138,16 @@ class TrainingSection:
 @dataclasses.dataclass(frozen=True)
 class ODESection:
     expectation: str = "mc"
-    samples: int = 65536
+    samples: int | str = 65536  # a number of nodes, or "auto": sized for error_target
     sgd_noise: bool = True
     solver: str = "tsit5"
     rtol: float = 1e-6
     atol: float = 1e-8
     form: str = "manifold"      # "manifold" (fast path) | "full" (cross overlaps kept)
-    rhs: str = "autodiff"       # "autodiff" | "symbolic"
+    rhs: str = "autodiff"       # "autodiff" | "symbolic" | "auto" (symbolic where derived,
+                                # else autodiff)
+    error_target: float | None = None   # samples = "auto": largest relative RHS error
+                                        # (default 1e4 · rtol)
     seed: int = 0               # of the fixed (common) random numbers
     max_steps: int = 100000
     init: str = "random"        # "random": one random init at sim.dim (O(1/√D) head
@@ -152,11 +155,17 @@ class ODESection:
 
     def validate(self) -> None:
         _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature"))
-        _at_least("ode.samples", self.samples, MIN_SAMPLES)
+        if self.samples != "auto":
+            if not isinstance(self.samples, int) or isinstance(self.samples, bool):
+                raise ConfigError(f"ode.samples = {self.samples!r}: must be an integer or "
+                                  "\"auto\"")
+            _at_least("ode.samples", self.samples, MIN_SAMPLES)
+        if self.error_target is not None:
+            _positive("ode.error_target", self.error_target)
         _positive("ode.rtol", self.rtol)
         _positive("ode.atol", self.atol)
         _choice("ode.form", self.form, ("manifold", "full"))
-        _choice("ode.rhs", self.rhs, ("autodiff", "symbolic"))
+        _choice("ode.rhs", self.rhs, ("auto", "autodiff", "symbolic"))
         _at_least("ode.seed", self.seed, 0)
         _at_least("ode.max_steps", self.max_steps, 1)
         _choice("ode.init", self.init, ("random", "symmetric"))
@@ -171,6 +180,8 @@ class SimSection:
     seed: int = 0               # first seed; runs use seed, seed+1, ...
     dtype: str = "float32"
     risk_samples: int = 8192    # Monte Carlo samples of the recorded test risk
+    space: str = "weights"      # "weights": D-dimensional SGD; "overlaps": the exact chain of
+                                # the overlaps (float64, cost per step independent of D)
 
     def validate(self) -> None:
         _at_least("sim.dim", self.dim, 2)
@@ -178,6 +189,13 @@ class SimSection:
         _at_least("sim.seed", self.seed, 0)
         _choice("sim.dtype", self.dtype, ("float32", "float64"))
         _at_least("sim.risk_samples", self.risk_samples, MIN_SAMPLES)
+        _choice("sim.space", self.space, ("weights", "overlaps"))
+
+    @property
+    def run_dtype(self) -> str:
+        """The precision SGD runs in: `dtype` in weight space; float64 in overlap space, whose
+        increments are O(1/D) and would be lost in float32 accumulation at large D."""
+        return "float64" if self.space == "overlaps" else self.dtype
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,20 +238,27 @@ class Config:
                               "(the teacher needs F + 1 orthogonal directions)")
         if self.output.t_min is not None and self.output.t_min >= self.training.t_max:
             raise ConfigError(f"output.t_min = {self.output.t_min}: must be < training.t_max")
+        if self.sim.space == "overlaps":
+            m = self.model
+            need = (2 * m.H if m.train_values else m.H) + m.F + 1 + m.L * self.training.batch + 1
+            if self.sim.dim < need:
+                raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
+                                  f"D >= N + B·L + 1 = {need} (the Wishart remainder)")
         self._check_memory()
 
     def _check_memory(self) -> None:
         """Refuse sizes whose arrays cannot fit in memory, before anything is computed."""
         m, normal = self.model, int(self.build_prior().n_normal_dims)
-        key_dims = normal + m.L * (m.F + m.H)
-        dims = key_dims + (m.L * (m.H + 1) + 1 if self.ode.form == "full" else 0)
+        dims = normal + m.L * (m.F + m.H)       # both forms sample θ and the key fields only
+        samples = AUTO_MAX_SAMPLES if self.ode.samples == "auto" else int(self.ode.samples)
         check_memory(f"ode.samples = {self.ode.samples} (nodes of dimension {dims})",
-                     8.0 * self.ode.samples * dims)
+                     8.0 * samples * dims)
         check_memory(f"sim.risk_samples = {self.sim.risk_samples}",
-                     8.0 * self.sim.risk_samples * key_dims)
+                     8.0 * self.sim.risk_samples * dims)
         rows = 2 * m.H + m.F + 1 + m.L * self.training.batch
-        check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
-                     8.0 * self.sim.dim * self.sim.seeds * rows)
+        if self.sim.space == "weights":        # the overlap chain holds no D-vectors
+            check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
+                         8.0 * self.sim.dim * self.sim.seeds * rows)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
@@ -345,6 +370,8 @@ def _make_section(name: str, cls: type, body: dict[str, Any]):
 
 def _coerce(key: str, value: Any, hint: Any) -> Any:
     args = typing.get_args(hint)
+    if int in args and str in args:                  # a number or a keyword ("auto")
+        return value if isinstance(value, str) else _coerce(key, value, int)
     base = next((a for a in args if a is not type(None)), hint) if args else hint
     if value is None and type(None) in args:
         return None

@@ -8,3 +8,5 @@ from ._simulate import Simulation as Simulation
 from ._simulate import recorded_risk as recorded_risk
 from ._simulate import run_sgd as run_sgd
 from ._simulate import simulate as simulate
+from ._simulate import sgd_overlaps as sgd_overlaps
+from ._overlap_chain import simulate_overlaps as simulate_overlaps

@@ -9,16 +9,17 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
 from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher, Weights,
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
-                      risk_nodes)
+                      risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
 from dynamics.sharding import shard_leading
 
+from ._overlap_chain import simulate_overlaps
+from ._runs import save_steps, seed_keys
 from ._sgd import advance
 
 
@@ -55,17 +56,6 @@ class Simulation(eqx.Module):
     overlaps: Overlaps
     teachers: Teacher
     weights: Weights
-
-
-def seed_keys(seed: int):
-    """`(teacher, init, data)` keys of one run."""
-    return jr.split(jr.key(seed), 3)
-
-
-def save_steps(times, D: int) -> np.ndarray:
-    """Steps `round(t·D)` of the save times `t` (made non-decreasing)."""
-    steps = np.rint(np.asarray(times, dtype=np.float64) * D).astype(np.int64)
-    return np.maximum.accumulate(steps)
 
 
 @eqx.filter_jit
@@ -180,21 +170,54 @@ def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int 
     return risk.reshape(batch_shape), err.reshape(batch_shape)
 
 
+def sgd_overlaps(cfg: Config, *, dim: int, seed_list: list[int], times: np.ndarray,
+                 start: Overlaps | None = None, progress: bool = False
+                 ) -> tuple[np.ndarray, Overlaps]:
+    """The recorded steps and overlaps (leaves `(S, T, ...)`) of online SGD as configured, in
+    the space `[sim] space` names: the D-dimensional weights ([`simulate`][]) or the exact
+    chain of the overlaps ([`simulate_overlaps`][], float64 whatever `sim.dtype` says).
+
+    `start`: overlaps (one state, no seed axis) to start every seed from; in weight space
+    weights with exactly these overlaps are drawn ([`dynamics.weights_from_overlaps`][]).
+    Default: the random initialization of `[training]`."""
+    model = cfg.build_model()
+    tr = cfg.training
+    hp = StepSizes.from_config(tr)
+    init_std = (tr.init_key_std, tr.init_value_std, tr.init_bias)
+    if cfg.sim.space == "overlaps":
+        init = None
+        if start is not None:
+            init = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64),
+                                                           (len(seed_list), *jnp.shape(x))),
+                                start)
+        ov = simulate_overlaps(model, hp, dim=dim, seeds=seed_list, times=times, init=init,
+                               init_std=init_std, progress=progress)
+        return save_steps(times, dim), ov
+    dtype = jnp.dtype(cfg.sim.dtype)
+    winit = None
+    if start is not None:
+        ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
+
+        def winit(key, teacher):
+            return weights_from_overlaps(key, ov0, teacher, model.rho, dtype=dtype)
+    sim = simulate(model, hp, dim=dim, seeds=seed_list, times=times, init=winit,
+                   init_std=init_std, dtype=dtype, progress=progress)
+    return np.asarray(sim.steps), sim.overlaps
+
+
 def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
-            init: Weights | Callable[..., Weights] | None = None, progress: bool = False,
+            start: Overlaps | None = None, progress: bool = False,
             times: np.ndarray | None = None) -> SGDResult:
-    """Online SGD as configured (`[model]`, `[prior]`, `[training]`, `[sim]`, `[output]`);
-    `dim`, `seeds` override `[sim]`."""
+    """Online SGD as configured (`[model]`, `[prior]`, `[training]`, `[sim]`, `[output]`), in
+    weight or overlap space ([`sgd_overlaps`][]), with its recorded risk; `dim`, `seeds`
+    override `[sim]`, `start` is the initial state of every seed (default: random)."""
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     n = cfg.sim.seeds if seeds is None else int(seeds)
     seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
     times = cfg.save_times() if times is None else np.asarray(times)
-    tr = cfg.training
-    sim = simulate(model, StepSizes.from_config(tr), dim=D, seeds=seed_list, times=times,
-                   init=init, init_std=(tr.init_key_std, tr.init_value_std, tr.init_bias),
-                   dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
-    risk, err = recorded_risk(model, sim.overlaps, samples=cfg.sim.risk_samples,
-                              seed=cfg.ode.seed)
-    return SGDResult(t=sim.t, steps=sim.steps, overlaps=sim.overlaps, risk=risk,
-                     risk_err=err, seeds=tuple(seed_list), dim=D)
+    steps, ov = sgd_overlaps(cfg, dim=D, seed_list=seed_list, times=times, start=start,
+                             progress=progress)
+    risk, err = recorded_risk(model, ov, samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
+    return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=ov,
+                     risk=risk, risk_err=err, seeds=tuple(seed_list), dim=D)

@@ -9,6 +9,7 @@
 - `jax_numpy_rank_promotion = "raise"`: an implicit broadcast between arrays of different ranks
   is an error, so shape bugs cannot hide behind broadcasting.
 - Warnings raised from our own packages are errors (third-party deprecation noise is not).
+- `HEADFLOW_CACHE=0`: the command line's caches between runs are off (see below).
 - The modules listed in `_FAST_COMPILE` run with `jax_disable_most_optimizations` (XLA's LLVM
   at -O0): they are dominated by compiling many small programs, not by running them, and this
   cuts their CPU time by about a third. The flag only changes code generation, not the
@@ -18,8 +19,15 @@
 
 from __future__ import annotations
 
+import os
+
 import jax
 import pytest
+
+# the command line's caches between runs (JAX's persistent compilation cache and the generated
+# symbolic code) stay off in tests, so that no test writes to the user's cache folder or depends
+# on what an earlier run left there; tests/test_cache.py turns them on in a folder of its own
+os.environ.setdefault("HEADFLOW_CACHE", "0")
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")

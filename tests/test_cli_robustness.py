@@ -197,9 +197,12 @@ INTERRUPTED = {
 
 
 def _interrupt(argv, out: Path, sig: int, after: float) -> subprocess.CompletedProcess:
+    """Run `headflow ARGV --out OUT` in a subprocess (from the folder that holds OUT's first
+    missing parent) and send it `sig` after `after` seconds."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cwd = next(p for p in out.parents if p.exists())
     proc = subprocess.Popen([sys.executable, "-m", "validation", *argv, "--out", str(out)],
-                            cwd=out.parent, env=env, stdout=subprocess.PIPE,
+                            cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     time.sleep(after)
     proc.send_signal(sig)

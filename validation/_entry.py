@@ -21,6 +21,9 @@ def entry() -> None:
     interpreter's teardown: JAX's runtime threads may still be winding down, and tearing them
     down from a signal-interrupted state is what crashes."""
     previous = {s: signal.signal(s, _early) for s in (signal.SIGINT, signal.SIGTERM)}
+    # equinox's run-time checks become NaN (which headflow reports) instead of host callbacks,
+    # which would keep every compiled program out of JAX's persistent cache
+    os.environ.setdefault("EQX_ON_ERROR", "nan")
     from .cli import main
 
     code = main()

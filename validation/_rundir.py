@@ -38,22 +38,41 @@ def default_out(command: str, fingerprint: str) -> Path:
 
 
 def check_writable(out: Path) -> None:
-    """Fail early (before any computation) when `out` cannot be created or written."""
+    """Fail early (before any computation) when the folder `out` cannot be created or
+    written."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HeadflowError(f"--out {out}: exists and is not a directory")
-    parent = out if out.exists() else _existing_parent(out)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise HeadflowError(f"--out {out}: directory {parent} is not writable")
+    probe_writable(out if out.exists() else existing_parent(out), f"--out {out}")
 
 
-def _existing_parent(path: Path) -> Path:
+def check_writable_file(out: Path, what: str = "a file") -> None:
+    """Fail early when the file `out` cannot be created in its (possibly missing) folder."""
+    out = Path(out)
+    if out.is_dir():
+        raise HeadflowError(f"--out {out}: is a folder; this command writes {what}")
+    probe_writable(existing_parent(out.absolute().parent), f"--out {out}")
+
+
+def existing_parent(path: Path) -> Path:
+    """The deepest existing ancestor of `path` (or `path` itself); it must be a folder."""
     path = path.absolute()
     while not path.exists():
         path = path.parent
     if not path.is_dir():
         raise HeadflowError(f"--out: {path} is not a directory")
     return path
+
+
+def probe_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in `folder`: the only test that also holds on read-only file
+    systems and for users whom permissions do not stop (root)."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".headflow-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise HeadflowError(f"{what}: cannot write in {folder} ({err.strerror})") from None
 
 
 def git_commit() -> str | None:
@@ -116,16 +135,21 @@ class RunDir:
             self.wall[label] = self.wall.get(label, 0.0) + time.perf_counter() - t
 
 
-_ACTIVE: set[Path] = set()
-"""Temporary folders of runs in progress (removed by [`discard_active`][] on a forced exit)."""
+_ACTIVE: dict[Path, list[Path]] = {}
+"""Temporary folders of runs in progress, each with the parent folders its run created (both
+removed by [`discard_active`][] on a forced exit)."""
 
 
 def discard_active() -> None:
-    """Remove the temporary folders of every run in progress (a forced exit on a second
-    interrupt cannot unwind the runs' own clean-up)."""
-    for tmp in list(_ACTIVE):
-        shutil.rmtree(tmp, ignore_errors=True)
-        _ACTIVE.discard(tmp)
+    """Remove the temporary folders of every run in progress, and the parent folders those
+    runs created (a forced exit after an interrupt cannot unwind the runs' own clean-up)."""
+    for tmp, created in list(_ACTIVE.items()):
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        _remove_empty(created)
+        _ACTIVE.pop(tmp, None)
 
 
 def _make_parents(path: Path) -> list[Path]:
@@ -185,7 +209,7 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     except OSError as err:
         _remove_empty(created)
         raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
-    _ACTIVE.add(tmp)
+    _ACTIVE[tmp] = created
     run = RunDir(tmp, out)
     done = False
     try:
@@ -202,8 +226,44 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write results ({err.strerror})") from None
     finally:
-        _ACTIVE.discard(tmp)
+        _ACTIVE.pop(tmp, None)
         shutil.rmtree(tmp, ignore_errors=True)
+        if not done:
+            _remove_empty(created)
+
+
+@contextlib.contextmanager
+def atomic_file(out: Path) -> Iterator[Path]:
+    """Write one result file atomically: the block writes to the yielded temporary path beside
+    `out`, which is renamed to `out` only when the block succeeds. On any exception (or a forced
+    exit after an interrupt) the temporary file and the parent folders created for it are
+    removed.
+
+    **Raises:** [`HeadflowError`][] (one line) when `out` cannot be written."""
+    out = Path(out)
+    try:
+        created = _make_parents(out)
+    except OSError as err:
+        raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
+    done = False
+    tmp: Path | None = None
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp",
+                                    dir=out.absolute().parent)
+        os.close(fd)
+        tmp = Path(name)
+        _ACTIVE[tmp] = created
+        yield tmp
+        check_stop()
+        os.replace(tmp, out)
+        done = True
+    except OSError as err:
+        raise HeadflowError(f"--out {out}: cannot write ({err.strerror})") from None
+    finally:
+        if tmp is not None:
+            _ACTIVE.pop(tmp, None)
+            if tmp.exists():
+                tmp.unlink()
         if not done:
             _remove_empty(created)
 

@@ -16,12 +16,14 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 import jax
 
 from dynamics import HeadflowError, Interrupted, clear_stop, request_stop
 
+from ._cache import configure as configure_cache
 from ._json import dumps
 from ._rundir import discard_active
 
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "online SGD; and attention-normalization bounds checked on GPT-2 (arXiv "
                      "2508.17821). Every command takes --help; configuration keys are "
                      "documented in the README.")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="do not use the cache of compiled programs and generated code "
+                        "(~/.cache/headflow, or $HEADFLOW_CACHE_DIR)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in _COMMAND_MODULES:
@@ -81,37 +86,67 @@ def emit_json(summary: dict) -> None:
     print(dumps(summary), flush=True)
 
 
-class _Signals:
-    """SIGINT and SIGTERM ask the running computation to stop at its next check
-    ([`dynamics.request_stop`][]); it then unwinds, removing its partial output. A second
-    signal exits at once (after removing the run folders in progress)."""
+GRACE_S = 3.0
+"""After SIGINT/SIGTERM, how long the run gets to stop at its next check and clean up before
+the process exits anyway (a single compiled computation cannot be interrupted)."""
 
-    def __init__(self):
-        self.received: int | None = None
-        self._previous: dict[int, object] = {}
 
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
+class _Stopped(Exception):
+    pass
 
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
 
-    def _handle(self, signum, frame):
+def _run_in_worker(func, args, grace: float):
+    """Run `func(args)` on a worker thread while the main thread waits for signals.
+
+    SIGINT and SIGTERM (delivered to the main thread) ask the computation to stop at its next
+    check ([`dynamics.request_stop`][]); it unwinds (removing its partial output) and raises
+    [`dynamics.Interrupted`][]. If it is still inside one long compiled computation after
+    `grace` seconds, or at a second signal, the run folders in progress are removed and the
+    process exits at once (`os._exit`, see `validation._entry`).
+    """
+    box: dict = {}
+
+    def work():
+        try:
+            box["value"] = func(args)
+        except BaseException as err:  # noqa: BLE001 - re-raised on the main thread
+            box["error"] = err
+
+    received: list[int] = []
+
+    def handle(signum, frame):
         del frame
-        if self.received is not None:
-            discard_active()
-            print("headflow: interrupted", file=sys.stderr, flush=True)
-            os._exit(128 + signum)
-        self.received = signum
+        received.append(signum)
         request_stop()
 
-    @property
-    def exit_code(self) -> int:
-        return 128 + (self.received or signal.SIGINT)
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handle)
+    worker = threading.Thread(target=work, name="headflow-run", daemon=True)
+    worker.start()
+    try:
+        deadline: float | None = None
+        while worker.is_alive():
+            worker.join(0.05)
+            if received and deadline is None:
+                deadline = time.monotonic() + grace
+            if received and (len(received) > 1 or time.monotonic() > (deadline or 0.0)):
+                discard_active()
+                print("headflow: interrupted", file=sys.stderr, flush=True)
+                sys.stdout.flush()
+                os._exit(128 + received[0])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+    if "error" in box:
+        if received and isinstance(box["error"], (Interrupted, KeyboardInterrupt)):
+            raise _Stopped(128 + received[0])
+        raise box["error"]
+    if received:                      # finished after the signal: not reported as a success
+        raise _Stopped(128 + received[0])
+    return box.get("value")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,22 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     jax.config.update("jax_enable_x64", True)
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_cache(enabled=not args.no_cache)
     clear_stop()
-    with _Signals() as signals:
-        try:
-            summary = args.func(args)
-        except Interrupted:
-            print("headflow: interrupted", file=sys.stderr, flush=True)
-            return signals.exit_code
-        except KeyboardInterrupt:
-            print("headflow: interrupted", file=sys.stderr, flush=True)
-            return 130
-        except HeadflowError as err:
-            msg = str(err).strip().replace("\n", " ")
-            print(f"headflow: error: {msg}", file=sys.stderr)
-            return 2
-        finally:
-            clear_stop()
+    try:
+        summary = _run_in_worker(args.func, args, GRACE_S)
+    except _Stopped as stop:
+        print("headflow: interrupted", file=sys.stderr, flush=True)
+        return int(stop.args[0])
+    except (Interrupted, KeyboardInterrupt):
+        print("headflow: interrupted", file=sys.stderr, flush=True)
+        return 130
+    except HeadflowError as err:
+        msg = str(err).strip().replace("\n", " ")
+        print(f"headflow: error: {msg}", file=sys.stderr)
+        return 2
+    finally:
+        clear_stop()
     if summary is not None and getattr(args, "json", False):
         emit_json(summary)
     return 0

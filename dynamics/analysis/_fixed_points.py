@@ -36,7 +36,7 @@ from jaxtyping import Array, Float
 from .._linalg import psd_part
 from .._overlaps import ORDER_PARAMETERS, Overlaps
 from .._risk import population_risk
-from ..fields import AbstractField, ManifoldField
+from ..fields import AbstractField
 from ..ode import Integrator, integrate
 
 STATIONARY_Z = 0.25
@@ -194,7 +194,7 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, chunks: Chunks,
     t0, t_max = float(chunks.t0), float(chunks.t_max)
     if not t_max > t0:
         raise ValueError(f"t_max = {t_max} must exceed t0 = {t0}")
-    if polish is not None and not isinstance(field, ManifoldField):
+    if polish is not None and not field.manifold_form:
         raise ValueError("a Newton polish needs the manifold vector field (ode.form = "
                          "'manifold')")
     t_first = (t_max - t0) / 64.0 if chunks.t_first is None else float(chunks.t_first)
@@ -224,7 +224,6 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, chunks: Chunks,
             break
         horizon = min(t0 + (t - t0) * chunks.growth, t_max)
         if polish is not None and t - t0 >= polish.after:
-            assert isinstance(field, ManifoldField)
             p = newton_polish(field, ov, test=test)
             why = ("no Newton step lowered the residual" if not p.accepted else
                    f"not stationary after polish (ratio {p.check.ratio:.3g})"
@@ -245,7 +244,7 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, chunks: Chunks,
                       max_growth=max_growth, polish_attempts=tuple(attempts))
 
 
-def _implausible(field: ManifoldField, old: Overlaps, new: Overlaps, trust: float) -> str:
+def _implausible(field: AbstractField, old: Overlaps, new: Overlaps, trust: float) -> str:
     """Why `new` is not a fixed point the flow from `old` can plausibly reach ("" if it is;
     see [`find_fixed_point`][]): a bounded move and, for gradient flow, no risk increase (risks
     on the field's own nodes)."""
@@ -275,7 +274,7 @@ class Polish(eqx.Module):
     max_growth: float = eqx.field(static=True)
 
 
-def newton_polish(field: ManifoldField, ov: Overlaps, *,
+def newton_polish(field: AbstractField, ov: Overlaps, *,
                   test: StationarityTest = StationarityTest(), iterations: int = 8,
                   rcond: float = 1e-9) -> Polish:
     """Damped Newton iterations on the stationarity equations of the manifold ODE, in the

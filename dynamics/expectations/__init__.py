@@ -15,6 +15,9 @@ MIN_SAMPLES = 64
 """The fewest nodes headflow accepts for an expectation: with fewer, the error estimate that
 comes with every number (a spread over nodes or replicates) is itself unreliable."""
 
+AUTO_MAX_SAMPLES = 1 << 18
+"""The most nodes `[ode] samples = "auto"` chooses."""
+
 _BACKENDS = {"mc": MonteCarlo, "qmc": QuasiMonteCarlo, "quadrature": Quadrature}
 BACKENDS = tuple(_BACKENDS)
 """The config names of the backends (`[ode] expectation`)."""

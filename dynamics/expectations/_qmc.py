@@ -1,8 +1,6 @@
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from scipy.special import ndtri
-from scipy.stats import qmc
 
 from ._base import AbstractExpectation, ReplicateNodes
 
@@ -16,6 +14,9 @@ class QuasiMonteCarlo(AbstractExpectation):
     replicates: int = eqx.field(static=True, default=8)
 
     def nodes(self, dim: int) -> ReplicateNodes:
+        from scipy.special import ndtri      # imported here: scipy.stats is slow to import
+        from scipy.stats import qmc
+
         per = max(self.samples // self.replicates, 2)
         m = int(np.ceil(np.log2(per)))
         rng = np.random.default_rng(self.seed)

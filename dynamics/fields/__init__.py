@@ -5,6 +5,9 @@ derivatives taken by autodiff of [`dynamics.Model`][]'s predictor, the code the 
 from ._base import AbstractField as AbstractField
 from ._full import FullField as FullField
 from ._manifold import ManifoldField as ManifoldField
+from ._moments import fourth_moment as fourth_moment
+from ._moments import third_moment as third_moment
+from ._sampled import SampledFullField as SampledFullField
 from ._nodes import MAX_GROUP as MAX_GROUP
 from ._nodes import full_dims as full_dims
 from ._nodes import full_nodes as full_nodes

@@ -25,7 +25,8 @@ class AbstractField(eqx.Module):
     ([`with_error`][]). Subclasses implement `node_derivative`.
 
     **Fields:** `model`, `steps` (the SGD step sizes), `nodes`, `sgd_noise` (keep the `η²`
-    terms; False: gradient flow), `chunk` (nodes per accumulation step).
+    terms; False: gradient flow), `chunk` (nodes per accumulation step), `manifold_form`
+    (whether the state lives on the invariant manifold, cross overlaps zero).
     """
 
     model: eqx.AbstractVar[Model]
@@ -33,6 +34,7 @@ class AbstractField(eqx.Module):
     nodes: eqx.AbstractVar[AbstractNodes]
     sgd_noise: eqx.AbstractVar[bool]
     chunk: eqx.AbstractClassVar[int]
+    manifold_form: eqx.AbstractClassVar[bool]
 
     @abc.abstractmethod
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:

@@ -41,6 +41,7 @@ class ManifoldField(AbstractField):
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
     chunk: ClassVar[int] = 2048
+    manifold_form: ClassVar[bool] = True
 
     @classmethod
     def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,

@@ -5,6 +5,7 @@ tangent-linear equation, fixed points, sweeps)."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import diffrax as dfx
@@ -16,7 +17,7 @@ from jaxtyping import Array, Float
 
 from .._errors import ConfigError, DivergenceError, HeadflowError, require_x64
 from .._overlaps import CROSS_OVERLAPS, ORDER_PARAMETERS, Overlaps
-from .._stop import check_stop, stop_flag
+from .._stop import check_stop
 from ..fields import AbstractField
 
 BLOWUP = 1e6
@@ -63,9 +64,7 @@ class BlowUp(eqx.Module):
 
 class Integrator(eqx.Module):
     """How to integrate: a diffrax `solver`, a step-size `controller`, the first step `dt0`
-    (None: chosen by the controller), `max_steps`, the `blowup` rule (None: none), and whether
-    a stop request ([`dynamics.request_stop`][]) ends the solve at its next step
-    (`interruptible`).
+    (None: chosen by the controller), `max_steps` and the `blowup` rule (None: none).
 
     Built once from the config ([`from_config`][]) and passed to [`integrate`][] / [`solve`][].
     """
@@ -75,7 +74,6 @@ class Integrator(eqx.Module):
     max_steps: int = eqx.field(static=True, default=100000)
     blowup: BlowUp | None = BlowUp()
     dt0: float | None = eqx.field(static=True, default=None)
-    interruptible: bool = eqx.field(static=True, default=True)
 
     @classmethod
     def adaptive(cls, solver: str | dfx.AbstractSolver = "tsit5", *, rtol: float = 1e-6,
@@ -109,7 +107,7 @@ def solve(terms, y0, ts: Float[Array, " T"], integrator: Integrator, *, args=Non
     """`diffrax.diffeqsolve` from `ts[0]` to `ts[-1]`, saving at `ts`, with `integrator`'s
     settings; never raises (`throw=False`: read `result`). Pure, so it can be vmapped
     (sweeps) and differentiated."""
-    event = _event(integrator.blowup, integrator.interruptible)
+    event = None if integrator.blowup is None else dfx.Event(integrator.blowup)
     return dfx.diffeqsolve(terms, integrator.solver, t0=ts[0], t1=ts[-1], dt0=integrator.dt0,
                            y0=y0, args=args, saveat=dfx.SaveAt(ts=ts),
                            stepsize_controller=integrator.controller,
@@ -117,31 +115,21 @@ def solve(terms, y0, ts: Float[Array, " T"], integrator: Integrator, *, args=Non
                            event=event, adjoint=adjoint)
 
 
-class _Stop(eqx.Module):
-    blowup: BlowUp | None
-
-    def __call__(self, t, y, args, **kwargs) -> Array:
-        stop = stop_flag()
-        return stop if self.blowup is None else stop | self.blowup(t, y, args, **kwargs)
-
-
-def _event(blowup: BlowUp | None, interruptible: bool) -> dfx.Event | None:
-    if interruptible:
-        return dfx.Event(_Stop(blowup))
-    return None if blowup is None else dfx.Event(blowup)
-
-
 class ODESolution(eqx.Module):
-    """States on the save grid and solver statistics."""
+    """States on the save grid, solver statistics, and the wall time spent tracing and
+    compiling (`compile_s`) and integrating (`run_s`)."""
 
     t: Float[Array, " T"]
     overlaps: Overlaps
     num_steps: int
     num_rejected: int
+    compile_s: float = eqx.field(static=True, default=float("nan"))
+    run_s: float = eqx.field(static=True, default=float("nan"))
 
 
 def check_initial_state(field: AbstractField, ov0: Overlaps, rho: float) -> None:
-    """One-line errors for an unusable start: wrong shapes, non-PSD overlaps, NaN vector field."""
+    """One-line errors for an unusable start: wrong shapes, non-PSD overlaps (the vector field
+    at the start is checked by [`integrate`][], from the same compiled program)."""
     H, F = field.model.H, field.model.F
     want = {"m": (H, F), "q": (H, H), "n": (H,), "s": (H, H), "b": (H,), "kv": (H, H),
             "kvs": (H,), "vks": (H, F)}
@@ -152,13 +140,35 @@ def check_initial_state(field: AbstractField, ov0: Overlaps, rho: float) -> None
                                 f"H={H}, F={F} (expected {shape}); build the state for this "
                                 "config")
     ov0.check_psd(rho, what="initial overlaps")
-    d0 = eqx.filter_jit(lambda f, o: f(0.0, o))(field, ov0)
+
+
+def _check_start(d0: Overlaps) -> None:
     bad = [k for k in ORDER_PARAMETERS + CROSS_OVERLAPS
-           if not bool(jnp.all(jnp.isfinite(getattr(d0, k))))]
+           if not np.all(np.isfinite(np.asarray(getattr(d0, k))))]
     if bad:
         raise DivergenceError(f"the ODE vector field is NaN/inf at the initial state (in d"
                               f"{', d'.join(bad)}/dt); check the initial overlaps and the "
                               "prior amplitude")
+
+
+@eqx.filter_jit
+def _solve_from(field, ov0, ts, integrator, progress):
+    """[`solve`][] and the vector field at the start, in one compiled program. Where the field
+    at the start is not finite the solve integrates a zero field instead (a few steps: the
+    caller raises on `d0`), rather than rejecting steps up to `max_steps`."""
+    d0 = field(ts[0], ov0)
+    ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(d0)]))
+    return solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress), d0
+
+
+class _Guarded(eqx.Module):
+    """`field`, or zero where `ok` is false."""
+
+    field: AbstractField
+    ok: Array
+
+    def __call__(self, t, y, args=None):
+        return jax.tree.map(lambda v: jnp.where(self.ok, v, 0.0), self.field(t, y, args))
 
 
 def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *,
@@ -177,16 +187,25 @@ def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *
     ts = np.asarray(ts, dtype=np.float64)
     if check:
         check_initial_state(field, ov0, field.model.rho)
+    check_stop()
     meter = dfx.TqdmProgressMeter(refresh_steps=20) if progress else dfx.NoProgressMeter()
-    sol = solve(dfx.ODETerm(field), ov0, jnp.asarray(ts), integrator, progress=meter)
+    args = (field, ov0, jnp.asarray(ts), integrator, meter)
+    t0 = time.perf_counter()
+    compiled = _solve_from.lower(*args).compile()  # type: ignore[attr-defined]
+    t1 = time.perf_counter()
+    sol, d0 = jax.block_until_ready(compiled(*args))
+    t2 = time.perf_counter()
+    if check:
+        _check_start(d0)
     ys = sol.ys
-    finite = np.asarray(jax.vmap(lambda o: jnp.all(jnp.asarray(
-        [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(o)])))(ys))
+    finite = np.all(np.stack([np.isfinite(np.asarray(x)).reshape(len(ts), -1).all(axis=1)
+                              for x in jax.tree.leaves(ys)]), axis=0)
     explain(sol.result, ts, finite, integrator)
     stats = sol.stats
     assert ys is not None
     return ODESolution(t=jnp.asarray(ts), overlaps=ys, num_steps=int(stats["num_steps"]),
-                       num_rejected=int(stats["num_rejected_steps"]))
+                       num_rejected=int(stats["num_rejected_steps"]), compile_s=t1 - t0,
+                       run_s=t2 - t1)
 
 
 def explain(result, ts: np.ndarray, finite: np.ndarray, integrator: Integrator) -> None:

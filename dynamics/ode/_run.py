@@ -9,15 +9,15 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import ConfigError
+from .._errors import ConfigError, HeadflowError
 from .._model import Model
 from .._overlaps import Overlaps
 from .._risk import population_risk, risk_nodes
 from .._steps import StepSizes
 from ..config import Config
-from ..expectations import AbstractExpectation, AbstractNodes, get_expectation
+from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes, get_expectation
 from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
-from ..symbolic import SymbolicField
+from ..symbolic import SymbolicField, symbolic_names
 from ._integrate import Integrator, integrate
 from ._state import random_start, symmetric_start
 
@@ -32,6 +32,9 @@ class ODEResult(eqx.Module):
     risk_err: Float[Array, " T"]
     num_steps: int = eqx.field(static=True, default=0)
     num_rejected: int = eqx.field(static=True, default=0)
+    compile_s: float = eqx.field(static=True, default=float("nan"))
+    run_s: float = eqx.field(static=True, default=float("nan"))
+    accuracy: dict = eqx.field(static=True, default_factory=dict)
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `ode.npz` arrays (see the README)."""
@@ -39,9 +42,91 @@ class ODEResult(eqx.Module):
                 "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays()}
 
 
+AUTO_PILOT = 2048
+"""Nodes of the pilot run that sizes `[ode] samples = "auto"`."""
+
+AUTO_FALLBACK = 16384
+"""`samples = "auto"` where no pilot run is made (sweeps, stability analysis)
+(`docs/ode.md#expectation-backends`)."""
+
+
+CONVERGENCE_RATE = {"mc": 0.5, "qmc": 0.7}
+"""Error `∝ n^{-rate}` assumed when sizing `samples = "auto"` (see [`sized`][])."""
+
+
 def backend_of(cfg: Config) -> AbstractExpectation:
     """The expectation backend of `[ode]` (`expectation`, `samples`, `seed`)."""
-    return get_expectation(cfg.ode.expectation, cfg.ode.samples, seed=cfg.ode.seed)
+    samples = AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)
+    return get_expectation(cfg.ode.expectation, samples, seed=cfg.ode.seed)
+
+
+def resolved_rhs(cfg: Config, model: Model | None = None) -> str:
+    """`[ode] rhs`, with `"auto"` resolved: the generated (symbolic) right-hand side for the
+    manifold form of an activation that has a symbolic definition (several times faster at the
+    same nodes), else autodiff."""
+    if cfg.ode.rhs != "auto":
+        return cfg.ode.rhs
+    model = cfg.build_model() if model is None else model
+    symbolic = cfg.ode.form == "manifold" and model.activation.name in symbolic_names()
+    return "symbolic" if symbolic else "autodiff"
+
+
+def error_target(cfg: Config) -> float:
+    """The largest relative error of the vector field that `samples = "auto"` aims for:
+    `[ode] error_target`, by default `10⁴ · rtol` (0.01 at the default tolerance)."""
+    o = cfg.ode
+    return float(o.error_target) if o.error_target is not None else 1e4 * o.rtol
+
+
+@eqx.filter_jit
+def _sizes_and_errors(field: AbstractField, ovs: Overlaps) -> tuple[Array, Array]:
+    def one(ov):
+        rhs, err = field.with_error(ov)
+        r = jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(rhs)])
+        e = jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(err)])
+        return jnp.max(jnp.abs(r)), jnp.max(e)
+
+    return jax.lax.map(one, ovs)
+
+
+def relative_error(field: AbstractField, ovs: Overlaps) -> np.ndarray:
+    """The error of the vector field at each state of `ovs` (leaves `(k, ...)`), by the nodes'
+    own rule, relative to the field's largest size over those states:
+    `max_i err_i(state) / max_states max_i |RHS_i|`. (Relative to the field at the same state
+    it would diverge at every stationary point, where the field vanishes.)"""
+    size, err = (np.asarray(x) for x in _sizes_and_errors(field, ovs))
+    return err / max(float(np.max(size)), 1e-300)
+
+
+def sized(cfg: Config, model: Model, ov0: Overlaps, times) -> tuple[Config, dict]:
+    """`cfg` with `[ode] samples = "auto"` resolved, and what was measured to size it.
+
+    A pilot run with `AUTO_PILOT` nodes integrates the same ODE over the same span (9 saved
+    states) and measures the error of its field along the way ([`relative_error`][]); the count
+    is then scaled by the convergence rate of the backend, `n^{-1/2}` for Monte Carlo and
+    `n^{-0.7}` for QMC (an assumed rate: the pilot's measured error is what the count rests on), to
+    meet [`error_target`][], rounded up to a power of
+    two, at most `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.
+    """
+    if cfg.ode.samples != "auto":
+        return cfg, {}
+    target = error_target(cfg)
+    pilot = cfg.replace(**{"ode.samples": AUTO_PILOT})
+    field = build_field(pilot, model)
+    states = jax.tree.map(lambda x: x[None], ov0)
+    try:
+        sol = integrate(field, ov0, np.linspace(times[0], times[-1], 9),
+                        Integrator.from_config(cfg.ode))
+        states = sol.overlaps
+    except HeadflowError:           # the real run reports it; size from the start alone
+        pass
+    eps = float(np.max(relative_error(field, states)))
+    rate = CONVERGENCE_RATE.get(cfg.ode.expectation, 0.5)
+    want = AUTO_PILOT * (eps / target) ** (1.0 / rate) if np.isfinite(eps) else AUTO_MAX_SAMPLES
+    n = int(min(max(2 ** int(np.ceil(np.log2(max(want, 1.0)))), AUTO_PILOT),
+                AUTO_MAX_SAMPLES))
+    return cfg.replace(**{"ode.samples": n}), {"target": target, "pilot_samples": AUTO_PILOT,
+                                               "pilot_error": eps, "samples": n}
 
 
 _FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] = {
@@ -51,6 +136,14 @@ _FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] 
 }
 
 
+def traced_values(tree):
+    """`tree` with its Python float leaves (learning rates, label noise, `ρ*`, prior
+    parameters) turned into float64 numpy scalars: still floats for host code, but traced by
+    `equinox.filter_jit` instead of being compiled in, so configurations that differ only in
+    these values share one compiled program."""
+    return jax.tree.map(lambda x: np.float64(x) if isinstance(x, float) else x, tree)
+
+
 def build_field(cfg: Config, model: Model | None = None,
                 backend: AbstractExpectation | None = None, *,
                 max_group: int = MAX_GROUP) -> AbstractField:
@@ -58,11 +151,12 @@ def build_field(cfg: Config, model: Model | None = None,
     `[training]` and the `η²` terms as `[ode] sgd_noise` says."""
     model = cfg.build_model() if model is None else model
     backend = backend_of(cfg) if backend is None else backend
-    key = (cfg.ode.form, cfg.ode.rhs)
+    key = (cfg.ode.form, resolved_rhs(cfg, model))
     if key not in _FIELDS:
         raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
                           "use ode.form = 'manifold'")
-    return _FIELDS[key].build(model, StepSizes.from_config(cfg.training), backend,
+    return _FIELDS[key].build(traced_values(model),
+                              traced_values(StepSizes.from_config(cfg.training)), backend,
                               sgd_noise=cfg.ode.sgd_noise, max_group=max_group)
 
 
@@ -77,8 +171,9 @@ def initial_state(cfg: Config, model: Model | None = None) -> Overlaps:
             ov = eqx.tree_at(lambda o: (o.n, o.s), ov,
                              (jnp.full(model.H, model.rho), jnp.full((model.H,) * 2, model.rho)))
         return ov
-    ov = random_start(model, jr.key(cfg.sim.seed), cfg.sim.dim, key_std=tr.init_key_std,
-                      value_std=tr.init_value_std, bias=tr.init_bias)
+    ov = eqx.filter_jit(random_start)(model, jr.key(cfg.sim.seed), cfg.sim.dim,
+                                      key_std=tr.init_key_std, value_std=tr.init_value_std,
+                                      bias=tr.init_bias)
     return ov.on_manifold() if cfg.ode.form == "manifold" else ov
 
 
@@ -87,9 +182,13 @@ def trajectory_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | Abst
     """Population risk and its error along a trajectory (leaves `(T, ...)`; common random
     numbers)."""
     nodes = rule if isinstance(rule, AbstractNodes) else risk_nodes(model, rule)
-    f = jax.jit(lambda o, nodes: jax.lax.map(
-        lambda oi: population_risk(model, oi, nodes, manifold=manifold), o, batch_size=8))
-    return f(ov, nodes)
+    return _risk_along(traced_values(model), ov, nodes, manifold)
+
+
+@eqx.filter_jit
+def _risk_along(model, ov, nodes, manifold):
+    return jax.lax.map(lambda oi: population_risk(model, oi, nodes, manifold=manifold), ov,
+                       batch_size=8)
 
 
 def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
@@ -97,15 +196,22 @@ def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
     """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
     `[output]` grid) and evaluate the risk along the way."""
     model = cfg.build_model()
-    backend = backend_of(cfg)
-    field = build_field(cfg, model, backend)
     ov0 = initial_state(cfg, model) if ov0 is None else ov0
     if cfg.ode.form == "manifold":
         ov0 = ov0.on_manifold()
+    ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-    sol = integrate(field, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0), times,
-                    Integrator.from_config(cfg.ode), progress=progress)
+    cfg, sizing = sized(cfg, model, ov0, times)
+    backend = backend_of(cfg)
+    field = build_field(cfg, model, backend)
+    sol = integrate(field, ov0, times, Integrator.from_config(cfg.ode), progress=progress)
     risk, err = trajectory_risk(model, sol.overlaps, backend,
                                 manifold=cfg.ode.form == "manifold")
+    every = max(1, (len(times) - 1) // 8)
+    measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
+    accuracy = {**sizing, "samples": int(cfg.ode.samples), "expectation": cfg.ode.expectation,
+                "rhs": resolved_rhs(cfg, model), "relative_error_max": float(measured.max()),
+                "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=risk, risk_err=err,
-                     num_steps=sol.num_steps, num_rejected=sol.num_rejected)
+                     num_steps=sol.num_steps, num_rejected=sol.num_rejected,
+                     compile_s=sol.compile_s, run_s=sol.run_s, accuracy=accuracy)

@@ -23,15 +23,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import inspect
+import json
 import itertools
 import linecache
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import sympy as sp
 
+from ..activations import activation_class
 from ._activations import symbolic_activation
 from ._algebra import (A, B, Delta, F, H, L, b, chi, chis, e2, ell, eta, eta_b, h, instantiate,
                        kind, m, n, q, rho, s, u, wd)
@@ -151,6 +156,57 @@ def _einsum_source(activation, sizes, sgd_noise, M) -> tuple[str, str]:
     return integrands_src, "\n".join(lines) + "\n"
 
 
+class _SourceCache:
+    """Generated source kept on disk between processes (the derivation takes seconds), keyed
+    by the case and by a hash of the derivation's own code and of the activation's class, so a
+    change to either regenerates it. Off until [`set_source_cache`][] gives it a folder."""
+
+    def __init__(self):
+        self.folder: Path | None = None
+
+    def _path(self, activation: str, tag: str) -> Path | None:
+        if self.folder is None:
+            return None
+        try:
+            parts = [inspect.getsource(activation_class(activation))]
+        except (OSError, TypeError):            # a class without source (interactive): no cache
+            return None
+        here = Path(__file__).resolve().parent
+        parts += [f.read_text() for f in sorted(here.glob("*.py"))]
+        digest = hashlib.sha256("\0".join([tag, *parts]).encode()).hexdigest()[:24]
+        return self.folder / f"{tag}-{digest}.json"
+
+    def load(self, activation: str, tag: str) -> tuple[str, str] | None:
+        path = self._path(activation, tag)
+        if path is None or not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text())
+            return data["integrands"], data["rhs"]
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def store(self, activation: str, tag: str, sources: tuple[str, str]) -> None:
+        path = self._path(activation, tag)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"integrands": sources[0], "rhs": sources[1]}))
+            tmp.replace(path)
+        except OSError:                          # a read-only cache is only slower
+            pass
+
+
+_SOURCE_CACHE = _SourceCache()
+
+
+def set_source_cache(folder: str | Path | None) -> None:
+    """Keep generated source in `folder` between processes (None: off, the default)."""
+    _SOURCE_CACHE.folder = None if folder is None else Path(folder)
+
+
 @functools.cache
 def generate(activation: str, H_: int, L_: int, F_: int, sgd_noise: bool = True,
              style: str = "einsum") -> Generated:
@@ -161,16 +217,19 @@ def generate(activation: str, H_: int, L_: int, F_: int, sgd_noise: bool = True,
 
     **Returns:** a [`Generated`][].
     """
-    M = manifold_ode(activation)
     sizes = (H_, L_, F_)
     tag = f"{activation}-{H_}-{L_}-{F_}-{int(sgd_noise)}-{style}"
     if style == "einsum":
-        isrc, rsrc = _einsum_source(activation, sizes, sgd_noise, M)
+        cached = _SOURCE_CACHE.load(activation, tag)
+        if cached is None:
+            cached = _einsum_source(activation, sizes, sgd_noise, manifold_ode(activation))
+            _SOURCE_CACHE.store(activation, tag, cached)
+        isrc, rsrc = cached
         ifn, rfn = _compile(isrc, "integrands", tag), _compile(rsrc, "rhs", tag + "-rhs")
         return Generated(integrands=ifn, rhs=rfn, integrands_source=isrc, rhs_source=rsrc,
                          style=style)
     if style == "scalar":
-        return _scalar(activation, sizes, sgd_noise, M)
+        return _scalar(activation, sizes, sgd_noise, manifold_ode(activation))
     raise ValueError(f"style must be 'einsum' or 'scalar', not {style!r}")
 
 

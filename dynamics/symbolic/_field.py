@@ -38,6 +38,7 @@ class SymbolicField(AbstractField):
     sgd_noise: bool = eqx.field(static=True, default=True)
     style: str = eqx.field(static=True, default="einsum")
     chunk: ClassVar[int] = 2048
+    manifold_form: ClassVar[bool] = True
 
     @classmethod
     def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,

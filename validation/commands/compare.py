@@ -28,7 +28,7 @@ def run(args) -> dict:
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="compare", config_toml=cfg.to_toml(),
-                 meta={"dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
+                 meta={"dtype": {"sgd": cfg.sim.run_dtype, "ode": "float64"}}) as rd:
         report = write_comparison(rd, cfg)
     print(f"risk: sup |ODE − SGD mean| = {report['risk_sup_abs']:.4g} "
           f"({100 * report['risk_sup_rel']:.2f}% relative), seed spread "

@@ -67,7 +67,7 @@ def run(args) -> dict:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="escape", config_toml=cfg.to_toml(),
                  meta={"dims": args.dims, "seeds": cfg.sim.seeds,
-                       "dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
+                       "dtype": {"sgd": cfg.sim.run_dtype, "ode": "float64"}}) as rd:
         with rd.timed("escape"):
             report, arrays = escape_study(cfg, args.dims, cfg.sim.seeds,
                                           threshold=args.threshold, n_times=args.n_times,

@@ -32,6 +32,9 @@ def run(args) -> dict:
         with rd.timed("ode"):
             res = run_ode(cfg, progress=show_progress())
         rd.meta["solver_steps"] = res.num_steps
+        rd.meta["ode_compile_s"] = round(res.compile_s, 4)   # tracing + compilation
+        rd.meta["ode_run_s"] = round(res.run_s, 4)           # the integration itself
+        rd.meta["accuracy"] = res.accuracy                   # nodes and the field's error
         rd.meta["solver_rejected"] = res.num_rejected
         arrays = res.arrays()
         rd.save_npz("ode.npz", arrays)

@@ -57,7 +57,7 @@ def run(args) -> dict:
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="phases", config_toml=cfg.to_toml(),
-                 meta={"dtype": {"sgd": cfg.sim.dtype, "ode": "float64"}}) as rd:
+                 meta={"dtype": {"sgd": cfg.sim.run_dtype, "ode": "float64"}}) as rd:
         ov0 = None
         if not args.no_sgd:
             with rd.timed("sgd"):

@@ -32,7 +32,7 @@ def run(args) -> dict:
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="sgd", config_toml=cfg.to_toml(),
-                 meta={"dtype": cfg.sim.dtype, "seeds": list(range(cfg.sim.seed, cfg.sim.seed
+                 meta={"dtype": cfg.sim.run_dtype, "seeds": list(range(cfg.sim.seed, cfg.sim.seed
                                                                     + cfg.sim.seeds))}) as rd:
         with rd.timed("sgd"):
             res = run_sgd(cfg, progress=show_progress())

@@ -13,10 +13,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from dynamics import Config, Overlaps, bayes_risk, population_risk, weights_from_overlaps
+from dynamics import Config, Overlaps, bayes_risk, population_risk
 from dynamics.expectations import AbstractExpectation, get_expectation
 from dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish, StationarityTest,
                                find_fixed_point)
@@ -168,7 +167,7 @@ class SGDPoint:
 
 
 def sgd_point(cfg: Config, *, dim: int, seeds: int, t: float, tail: float = 0.25,
-              n_save: int = 41, start: Overlaps | None = None, rho: float | None = None
+              n_save: int = 41, start: Overlaps | None = None
               ) -> SGDPoint:
     """Run SGD (`[training]`, `[model]`, `[prior]` of `cfg`) at dimension `dim` over `seeds`
     to time `t`; the risk is averaged over the last `tail` of the run and then over seeds.
@@ -177,15 +176,7 @@ def sgd_point(cfg: Config, *, dim: int, seeds: int, t: float, tail: float = 0.25
     e.g. a gradient-flow fixed point, to measure the stationary SGD risk without waiting for
     the escape); default the random initialization of `[training]`."""
     times = np.linspace(0.0, t, n_save)
-    init = None
-    if start is not None:
-        rho = cfg.model.rho if rho is None else rho
-        ov = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
-
-        def init(key, teacher):
-            return weights_from_overlaps(key, ov, teacher, rho,
-                                         dtype=jnp.dtype(cfg.sim.dtype))
-    res = run_sgd(cfg, dim=dim, seeds=seeds, times=times, init=init)
+    res = run_sgd(cfg, dim=dim, seeds=seeds, times=times, start=start)
     risk = np.asarray(res.risk)                          # (S, T)
     k = max(1, int(round(tail * (len(times) - 1))))
     per_seed = risk[:, -k:].mean(axis=1)

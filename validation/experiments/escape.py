@@ -24,16 +24,14 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from scipy import optimize, stats
 
 from dynamics import Config, HeadflowError, StepSizes
 from dynamics import analysis as stab
 from dynamics.measures import ESCAPE_THRESHOLD, escape_time, head_spread, persistent_crossing
 from dynamics.ode import Integrator, backend_of, symmetric_start
-from sims import simulate
+from sims import sgd_overlaps
 
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
@@ -135,7 +133,6 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
                      progress: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """Escape time of every SGD run, `(len(dims), seeds)` with NaN where the run did not
     escape before `t_max`; and the head-spread trajectories `(seeds, T)` per D."""
-    model = cfg.build_model()
     tr = cfg.training
     t_max = tr.t_max if t_max is None else t_max
     n_save = cfg.output.n_save if n_save is None else n_save
@@ -144,11 +141,10 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
     out = np.full((len(dims), seeds), np.nan)
     spreads = []
     for i, D in enumerate(dims):
-        sim = simulate(model, StepSizes.from_config(tr), dim=int(D), seeds=seed_list,
-                       times=times, init_std=(tr.init_key_std, tr.init_value_std, tr.init_bias),
-                       dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
-        t = np.asarray(sim.t)
-        m, q = np.asarray(sim.overlaps.m), np.asarray(sim.overlaps.q)
+        steps, ov = sgd_overlaps(cfg, dim=int(D), seed_list=seed_list, times=times,
+                                 progress=progress)
+        t = steps / int(D)
+        m, q = np.asarray(ov.m), np.asarray(ov.q)
         spreads.append(head_spread(m, q))                                # (S, T)
         for s in range(seeds):
             c = escape_time(t, m[s], q[s], threshold)
@@ -169,6 +165,8 @@ def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
     if len(np.unique(x)) < 2 or len(y) < 3:
         raise HeadflowError("escape: fewer than two dimensions (or three runs) escaped before "
                             "t_max; raise training.t_max or use more seeds")
+    from scipy import stats
+
     fit = stats.linregress(x, y)
     dof = len(y) - 2
     half = stats.t.ppf(0.5 + level / 2, dof) * fit.stderr
@@ -193,6 +191,8 @@ def calibrate_offset(theory: LinearTheory, dims, times: np.ndarray) -> float:
     lo, hi = -40.0, 40.0
     grid = np.linspace(lo, hi, 161)
     best = grid[int(np.argmin([loss(c) for c in grid]))]
+    from scipy import optimize
+
     r = optimize.minimize_scalar(loss, bounds=(best - 0.5, best + 0.5), method="bounded",
                                  options={"xatol": 1e-6})
     return float(r.x)

@@ -10,6 +10,8 @@ import equinox as eqx
 
 from dynamics import ConfigError
 
+from ._normalizers import NORMALIZER_NAMES
+
 _TEMPERATURES = tuple(float(f"{10 ** (-2 + 0.25 * i):.6g}") for i in range(13))  # 1e-2 … 1e1
 _SEPARABILITY_N = tuple(range(1, 17)) + (20, 24, 28, 32, 40, 48, 56, 64)
 
@@ -39,7 +41,8 @@ class BoundsConfig(eqx.Module):
       spaced, per head; 0 = all rows).
     - `mc_samples`: random subsets per row for the Monte Carlo expectation.
     - `vectors`: token vectors x, `"value"` (default) or `"hidden"` (layer inputs).
-    - `reading`: `"sum"` (default) or `"norm"` reading of the distance (spec §3).
+    - `reading`: `"sum"` (default) or `"norm"` reading of the distance (see docs/gpt2.md,
+      "Theorem 1: which reading").
     - `windows`, `offset`: consecutive text windows and tokens skipped first.
     - `rtol`: relative slack when counting violations of rigorous bounds in float32.
     - `bisection_steps`: iterations of the exact Jacobian-norm solver.
@@ -47,6 +50,12 @@ class BoundsConfig(eqx.Module):
       rows can see (2 blocks skip a quarter of the causal zeros; more blocks skip more but
       compile once per block shape).
     - `seed`: PRNG seed (random subsets, random directions).
+    - `normalizers`: the normalizers whose weights the experiments analyse, on the model's own
+      logits (docs/gpt2.md, "Normalizers side by side"); the first one's results are the
+      report's main sections. `"softmax"` is the model's own attention.
+    - `ssmax_length`: SSMax uses `s = 1/log(ssmax_length)` (it equals softmax there).
+    - `coverage_n`: the N of the multi-head coverage (docs/gpt2.md, "Multi-head coverage");
+      `coverage_target`: the coverage whose number of heads is reported.
     """
 
     lengths: tuple[int, ...] = eqx.field(static=True, default=(32, 64, 128, 256, 512, 1024))
@@ -69,13 +78,17 @@ class BoundsConfig(eqx.Module):
     bisection_steps: int = eqx.field(static=True, default=24)
     row_blocks: int = eqx.field(static=True, default=2)
     seed: int = eqx.field(static=True, default=0)
+    normalizers: tuple[str, ...] = eqx.field(static=True, default=("softmax",))
+    ssmax_length: int = eqx.field(static=True, default=32)
+    coverage_n: tuple[int, ...] = eqx.field(static=True, default=(4, 16))
+    coverage_target: float = eqx.field(static=True, default=0.99)
 
     def __check_init__(self):
         def bad(key, why):
             raise ConfigError(f"bounds.{key}: {why}")
 
         ints = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-        for key in ("lengths", "n_values", "separability_n", "critical_grid"):
+        for key in ("lengths", "n_values", "separability_n", "critical_grid", "coverage_n"):
             value = getattr(self, key)
             if not isinstance(value, tuple) or not all(ints(v) and v >= 1 for v in value):
                 bad(key, f"must be a list of positive integers, got {value!r}")
@@ -89,9 +102,9 @@ class BoundsConfig(eqx.Module):
             bad("separability_n", "must not be empty")
         length = max(self.lengths)
         for key in ("n_fixed", "plateau_from", "gradient_rows", "mc_samples", "windows", "offset",
-                    "bisection_steps", "row_blocks", "seed"):
+                    "bisection_steps", "row_blocks", "seed", "ssmax_length"):
             value = getattr(self, key)
-            low = 0 if key in ("gradient_rows", "offset", "seed") else 1
+            low = {"gradient_rows": 0, "offset": 0, "seed": 0, "ssmax_length": 2}.get(key, 1)
             if not ints(value) or value < low:
                 bad(key, f"must be an integer ≥ {low}, got {value!r}")
         if self.n_fixed >= min(self.lengths):
@@ -102,6 +115,17 @@ class BoundsConfig(eqx.Module):
             bad("separability_n", f"every N must be below the largest length {length}")
         if self.critical_grid and max(self.critical_grid) >= length:
             bad("critical_grid", f"every N must be below the largest length {length}")
+        if self.coverage_n and max(self.coverage_n) >= length:
+            bad("coverage_n", f"every N must be below the largest length {length}")
+        if not 0 < self.coverage_target < 1:
+            bad("coverage_target", f"must lie in (0, 1), got {self.coverage_target!r}")
+        names = self.normalizers
+        if (not isinstance(names, tuple) or not names
+                or not all(isinstance(v, str) and v in NORMALIZER_NAMES for v in names)):
+            bad("normalizers", f"must be a non-empty list of {', '.join(NORMALIZER_NAMES)}, "
+                f"got {names!r}")
+        if len(set(names)) != len(names):
+            bad("normalizers", f"lists a normalizer twice: {names!r}")
         if not 0 < self.ks_alpha < 1:
             bad("ks_alpha", f"must lie in (0, 1), got {self.ks_alpha!r}")
         if not (self.sphere_radius > 0 and math.isfinite(self.sphere_radius)):
@@ -138,7 +162,7 @@ class BoundsConfig(eqx.Module):
         return tomli_w.dumps({"bounds": self.to_dict()})
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> "BoundsConfig":
+    def from_mapping(cls, data: dict[str, Any]) -> BoundsConfig:
         """Build from a `{key: value}` mapping (the `[bounds]` table); unknown keys are errors."""
         fields = cls.__dataclass_fields__
         kwargs = {}
@@ -150,14 +174,17 @@ class BoundsConfig(eqx.Module):
             if key in ("temperatures", "eps") and isinstance(value, tuple):
                 value = tuple(float(v) if isinstance(v, (int, float)) and not isinstance(v, bool)
                               else v for v in value)
-            if key in ("ks_alpha", "sphere_radius", "rtol") and isinstance(value, int) \
-                    and not isinstance(value, bool):
+            if (
+                key in ("ks_alpha", "sphere_radius", "rtol", "coverage_target")
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            ):
                 value = float(value)
             kwargs[key] = value
         return cls(**kwargs)
 
     @classmethod
-    def from_toml(cls, text: str, overrides: dict[str, Any] | None = None) -> "BoundsConfig":
+    def from_toml(cls, text: str, overrides: dict[str, Any] | None = None) -> BoundsConfig:
         """Parse TOML (keys under `[bounds]`, or at top level), then apply `overrides`."""
         try:
             data = tomllib.loads(text)
@@ -168,7 +195,9 @@ class BoundsConfig(eqx.Module):
             extra = [k for k in data if not isinstance(data[k], dict)]
             tables = [k for k in data if isinstance(data[k], dict)]
             if tables:
-                raise ConfigError(f"config: unknown table [{tables[0]}] (gpt2 bounds reads [bounds])")
+                raise ConfigError(
+                    f"config: unknown table [{tables[0]}] (gpt2 bounds reads [bounds])"
+                )
             table = {**{k: data[k] for k in extra}, **table}
         return cls.from_mapping({**table, **(overrides or {})})
 
@@ -181,7 +210,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, raw = item.split("=", 1)
     key = key.strip()
     if key.startswith("bounds."):
-        key = key[len("bounds."):]
+        key = key[len("bounds.") :]
     try:
         value = tomllib.loads(f"v = {raw.strip()}")["v"]
     except tomllib.TOMLDecodeError:

@@ -1,10 +1,9 @@
 """Hugging Face GPT-2 checkpoints: `config.json` + `model.safetensors`.
 
-Tensor names follow the official `openai-community/gpt2` files (`wte.weight`, `h.0.attn.c_attn.weight`,
-..., optionally prefixed by `transformer.` as `save_pretrained` writes them). Attention and MLP
-projections are `Conv1D` weights stored input×output; the output embedding is tied to `wte`
-unless the file holds an `lm_head.weight` that differs from it.
-"""
+Tensor names follow the official `openai-community/gpt2` files (`wte.weight`,
+`h.0.attn.c_attn.weight`, ..., optionally prefixed by `transformer.` as `save_pretrained` writes
+them). Attention and MLP projections are `Conv1D` weights stored input×output; the output
+embedding is tied to `wte` unless the file holds an `lm_head.weight` that differs from it."""
 
 from __future__ import annotations
 
@@ -20,12 +19,14 @@ import numpy as np
 from dynamics import HeadflowError
 
 from ._config import GPT2Config
+from ._data import bpe_files
 from ._model import GPT2, Blocks, Conv1D, LayerNorm
 
 WEIGHTS = "model.safetensors"
 INDEX = "model.safetensors.index.json"
-TOKENIZER_FILES = ("vocab.json", "merges.txt", "tokenizer.json", "tokenizer_config.json",
-                   "special_tokens_map.json")
+# Copied beside the weights when present (the BPE pair under its Hugging Face names, see
+# `bpe_files`).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 # (our block field, tensor suffix in the checkpoint, shape from config); l = layer.
 _LAYER_TENSORS = (
@@ -60,10 +61,13 @@ def _safetensor_files(folder: Path) -> list[Path]:
                 raise HeadflowError(f"{f}: shard listed in {INDEX} is missing")
         return files
     if (folder / "pytorch_model.bin").is_file():
-        raise HeadflowError(f"{folder}: only pytorch_model.bin found; headflow reads "
-                            f"{WEIGHTS} (download it with allow_patterns=['*.safetensors'])")
-    raise HeadflowError(f"{folder}: no {WEIGHTS}; a GPT-2 checkpoint folder needs config.json "
-                        f"and {WEIGHTS}")
+        raise HeadflowError(
+            f"{folder}: only pytorch_model.bin found; headflow reads "
+            f"{WEIGHTS} (download it with allow_patterns=['*.safetensors'])"
+        )
+    raise HeadflowError(
+        f"{folder}: no {WEIGHTS}; a GPT-2 checkpoint folder needs config.json and {WEIGHTS}"
+    )
 
 
 def _read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
@@ -77,8 +81,10 @@ def _read_tensors(files: list[Path]) -> dict[str, np.ndarray]:
                     tensors[name] = f.get_tensor(name)
         except Exception as err:  # safetensors raises several types for a damaged file
             msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise HeadflowError(f"{path}: corrupt or unreadable safetensors file ({msg}); "
-                                "re-download or re-create the checkpoint") from None
+            raise HeadflowError(
+                f"{path}: corrupt or unreadable safetensors file ({msg}); "
+                "re-download or re-create the checkpoint"
+            ) from None
     return tensors
 
 
@@ -86,9 +92,30 @@ def _strip_prefix(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {}
     for name, value in tensors.items():
         if name.startswith("transformer."):
-            name = name[len("transformer."):]
+            name = name[len("transformer.") :]
         out[name] = value
     return out
+
+
+def check_checkpoint(path: str | os.PathLike) -> GPT2Config:
+    """The cheap checks of a checkpoint folder, without reading any tensor: the folder exists,
+    `config.json` is a valid GPT-2 config and the weight files are present.
+
+    **Arguments:**
+
+    - `path`: the checkpoint folder.
+
+    **Returns:** its [`GPT2Config`][]. Raises [`dynamics.HeadflowError`][] (one line) otherwise.
+    """
+    folder = Path(path)
+    if not folder.is_dir():
+        raise HeadflowError(
+            f"checkpoint {folder}: not a folder; pass a folder with config.json "
+            f"and {WEIGHTS} (e.g. from `headflow gpt2 random-checkpoint`)"
+        )
+    config = GPT2Config.from_json(folder / "config.json")
+    _safetensor_files(folder)
+    return config
 
 
 def load_checkpoint(path: str | os.PathLike) -> GPT2:
@@ -105,23 +132,26 @@ def load_checkpoint(path: str | os.PathLike) -> GPT2:
     missing tensor or a tensor whose shape disagrees with `config.json`.
     """
     folder = Path(path)
-    if not folder.is_dir():
-        raise HeadflowError(f"checkpoint {folder}: not a folder; pass a folder with config.json "
-                            f"and {WEIGHTS} (e.g. from `headflow gpt2 random-checkpoint`)")
-    config = GPT2Config.from_json(folder / "config.json")
+    config = check_checkpoint(folder)
     tensors = _strip_prefix(_read_tensors(_safetensor_files(folder)))
     source = folder / WEIGHTS
 
     def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
         if name not in tensors:
-            raise HeadflowError(f"{source}: missing tensor '{name}'; the checkpoint is incomplete "
-                                "or not a GPT-2 model")
+            raise HeadflowError(
+                f"{source}: missing tensor '{name}'; the checkpoint is incomplete "
+                "or not a GPT-2 model"
+            )
         value = tensors[name]
         if tuple(value.shape) != tuple(shape):
-            raise HeadflowError(f"{source}: tensor '{name}' has shape {tuple(value.shape)} but "
-                                f"config.json implies {tuple(shape)}")
+            raise HeadflowError(
+                f"{source}: tensor '{name}' has shape {tuple(value.shape)} but "
+                f"config.json implies {tuple(shape)}"
+            )
         if not np.issubdtype(value.dtype, np.floating):
-            raise HeadflowError(f"{source}: tensor '{name}' has dtype {value.dtype}, expected floats")
+            raise HeadflowError(
+                f"{source}: tensor '{name}' has dtype {value.dtype}, expected floats"
+            )
         return np.asarray(value, dtype=np.float32)
 
     c = config
@@ -132,33 +162,57 @@ def load_checkpoint(path: str | os.PathLike) -> GPT2:
         stacked[field] = np.stack([get(f"h.{i}.{suffix}", shape(c)) for i in range(c.n_layer)])
 
     def ln(prefix, eps):
-        return LayerNorm(jnp.asarray(stacked[f"{prefix}.weight"]),
-                         jnp.asarray(stacked[f"{prefix}.bias"]), eps)
+        return LayerNorm(
+            jnp.asarray(stacked[f"{prefix}.weight"]), jnp.asarray(stacked[f"{prefix}.bias"]), eps
+        )
 
     def conv(prefix):
-        return Conv1D(jnp.asarray(stacked[f"{prefix}.weight"]), jnp.asarray(stacked[f"{prefix}.bias"]))
+        return Conv1D(
+            jnp.asarray(stacked[f"{prefix}.weight"]), jnp.asarray(stacked[f"{prefix}.bias"])
+        )
 
     eps = c.layer_norm_epsilon
-    blocks = Blocks(ln_1=ln("ln_1", eps), c_attn=conv("c_attn"), attn_proj=conv("attn_proj"),
-                    ln_2=ln("ln_2", eps), c_fc=conv("c_fc"), mlp_proj=conv("mlp_proj"))
-    ln_f = LayerNorm(jnp.asarray(get("ln_f.weight", (c.n_embd,))),
-                     jnp.asarray(get("ln_f.bias", (c.n_embd,))), eps)
+    blocks = Blocks(
+        ln_1=ln("ln_1", eps),
+        c_attn=conv("c_attn"),
+        attn_proj=conv("attn_proj"),
+        ln_2=ln("ln_2", eps),
+        c_fc=conv("c_fc"),
+        mlp_proj=conv("mlp_proj"),
+    )
+    ln_f = LayerNorm(
+        jnp.asarray(get("ln_f.weight", (c.n_embd,))),
+        jnp.asarray(get("ln_f.bias", (c.n_embd,))),
+        eps,
+    )
     lm_head = None
     if "lm_head.weight" in tensors:
         head = get("lm_head.weight", (c.vocab_size, c.n_embd))
         if not np.array_equal(head, wte):
             lm_head = jnp.asarray(head)
     elif not c.tie_word_embeddings:
-        raise HeadflowError(f"{source}: missing tensor 'lm_head.weight' (config.json says the "
-                            "embeddings are not tied)")
-    return GPT2(config=c, wte=jnp.asarray(wte), wpe=jnp.asarray(wpe), blocks=blocks, ln_f=ln_f,
-                lm_head=lm_head)
+        raise HeadflowError(
+            f"{source}: missing tensor 'lm_head.weight' (config.json says the "
+            "embeddings are not tied)"
+        )
+    return GPT2(
+        config=c,
+        wte=jnp.asarray(wte),
+        wpe=jnp.asarray(wpe),
+        blocks=blocks,
+        ln_f=ln_f,
+        lm_head=lm_head,
+    )
 
 
 def checkpoint_tensors(model: GPT2) -> dict[str, np.ndarray]:
     """The tensors of `model` under their Hugging Face names (float32, C-contiguous)."""
-    out = {"wte.weight": model.wte, "wpe.weight": model.wpe,
-           "ln_f.weight": model.ln_f.weight, "ln_f.bias": model.ln_f.bias}
+    out = {
+        "wte.weight": model.wte,
+        "wpe.weight": model.wpe,
+        "ln_f.weight": model.ln_f.weight,
+        "ln_f.bias": model.ln_f.bias,
+    }
     for field, suffix, _ in _LAYER_TENSORS:
         module, attr = field.split(".")
         stacked = np.asarray(getattr(getattr(model.blocks, module), attr))
@@ -169,8 +223,9 @@ def checkpoint_tensors(model: GPT2) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(np.asarray(v, dtype=np.float32)) for k, v in out.items()}
 
 
-def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
-                    tokenizer: str | os.PathLike | None = None) -> Path:
+def save_checkpoint(
+    model: GPT2, path: str | os.PathLike, *, tokenizer: str | os.PathLike | None = None
+) -> Path:
     """Write `model` as a Hugging Face GPT-2 folder that `transformers` loads too.
 
     The folder is written next to its destination and moved into place at the end, so a failure
@@ -181,8 +236,9 @@ def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
     - `model`: the [`GPT2`][] to save.
     - `path`: destination folder (created; `config.json`, `model.safetensors` and tokenizer files
       of the same names are replaced).
-    - `tokenizer`: optional folder whose tokenizer files (`vocab.json`, `merges.txt`,
-      `tokenizer.json`, ...) are copied alongside.
+    - `tokenizer`: optional folder whose tokenizer files (`vocab.json` and `merges.txt`, also
+      from OpenAI's `encoder.json` and `vocab.bpe`; `tokenizer.json`, ...) are copied alongside,
+      under the Hugging Face names.
 
     **Returns:** the folder.
     """
@@ -191,12 +247,15 @@ def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
     out = Path(path)
     if out.exists() and not out.is_dir():
         raise HeadflowError(f"{out}: exists and is not a folder")
-    sources = []
+    sources: dict[str, Path] = {}
     if tokenizer is not None:
         tok = Path(tokenizer)
-        sources = [tok / name for name in TOKENIZER_FILES if (tok / name).is_file()]
+        sources = {name: tok / name for name in TOKENIZER_FILES if (tok / name).is_file()}
+        sources.update(bpe_files(tok) or {})
         if not sources:
-            raise HeadflowError(f"tokenizer {tok}: no vocab.json/merges.txt or tokenizer.json there")
+            raise HeadflowError(
+                f"tokenizer {tok}: no vocab.json/merges.txt or tokenizer.json there"
+            )
     parent = out.absolute().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -206,8 +265,8 @@ def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
     try:
         model.config.write_json(tmp / "config.json")
         save_file(checkpoint_tensors(model), str(tmp / WEIGHTS), metadata={"format": "pt"})
-        for src in sources:
-            shutil.copyfile(src, tmp / src.name)
+        for name, src in sources.items():
+            shutil.copyfile(src, tmp / name)
         for item in tmp.iterdir():
             item.chmod(0o644)
         out.mkdir(parents=True, exist_ok=True)
@@ -218,4 +277,3 @@ def save_checkpoint(model: GPT2, path: str | os.PathLike, *,
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-

@@ -39,13 +39,19 @@ class GPT2Config(eqx.Module):
         for name in ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise HeadflowError(f"GPT-2 config: {name} must be a positive integer, got {value!r}")
+                raise HeadflowError(
+                    f"GPT-2 config: {name} must be a positive integer, got {value!r}"
+                )
         if self.n_embd % self.n_head:
-            raise HeadflowError(f"GPT-2 config: n_embd={self.n_embd} is not divisible by "
-                                f"n_head={self.n_head}; choose a width that is a multiple of the heads")
+            raise HeadflowError(
+                f"GPT-2 config: n_embd={self.n_embd} is not divisible by "
+                f"n_head={self.n_head}; choose a width that is a multiple of the heads"
+            )
         if self.activation_function not in ACTIVATIONS:
-            raise HeadflowError(f"GPT-2 config: activation_function {self.activation_function!r} "
-                                f"is not supported (use one of {', '.join(ACTIVATIONS)})")
+            raise HeadflowError(
+                f"GPT-2 config: activation_function {self.activation_function!r} "
+                f"is not supported (use one of {', '.join(ACTIVATIONS)})"
+            )
 
     @property
     def d_head(self) -> int:
@@ -94,21 +100,27 @@ class GPT2Config(eqx.Module):
         }
 
     @classmethod
-    def from_hf_dict(cls, data: dict[str, Any], *, source: str = "config.json") -> "GPT2Config":
+    def from_hf_dict(cls, data: dict[str, Any], *, source: str = "config.json") -> GPT2Config:
         """Read a Hugging Face GPT-2 `config.json` dictionary (extra keys are ignored)."""
         if not isinstance(data, dict):
             raise HeadflowError(f"{source}: expected a JSON object")
         model_type = data.get("model_type", "gpt2")
         if model_type != "gpt2":
-            raise HeadflowError(f"{source}: model_type is {model_type!r}, only 'gpt2' checkpoints "
-                                "are supported")
+            raise HeadflowError(
+                f"{source}: model_type is {model_type!r}, only 'gpt2' checkpoints are supported"
+            )
         # `reorder_and_upcast_attn` only changes the arithmetic order of a float16 model's
         # attention; everything here is float32, so it is accepted and ignored.
-        aliases = {"hidden_size": "n_embd", "num_hidden_layers": "n_layer",
-                   "num_attention_heads": "n_head", "max_position_embeddings": "n_positions"}
+        aliases = {
+            "hidden_size": "n_embd",
+            "num_hidden_layers": "n_layer",
+            "num_attention_heads": "n_head",
+            "max_position_embeddings": "n_positions",
+        }
         data = {aliases.get(k, k): v for k, v in data.items()}
-        missing = [k for k in ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions")
-                   if k not in data]
+        missing = [
+            k for k in ("vocab_size", "n_embd", "n_layer", "n_head", "n_positions") if k not in data
+        ]
         if missing:
             raise HeadflowError(f"{source}: missing key(s) {', '.join(missing)}")
         kwargs = {}
@@ -123,7 +135,7 @@ class GPT2Config(eqx.Module):
         return cls(**kwargs)
 
     @classmethod
-    def from_json(cls, path: str | Path) -> "GPT2Config":
+    def from_json(cls, path: str | Path) -> GPT2Config:
         """Read `config.json` (a file, or a checkpoint folder holding one)."""
         path = Path(path)
         if path.is_dir():

@@ -1,4 +1,6 @@
-"""Theorem 1: distance collapse of the selected context vector (spec §3).
+"""Theorem 1: distance collapse of the selected context vector.
+
+Readings and proof: docs/gpt2.md, "Theorem 1: which reading".
 
 For one row with weights `α` over `L` visible tokens `x_j` and a selected set `I` of size N, the
 context vector is `s = Σ_{j∈I} α_j x_j` (not renormalized) and the distance is
@@ -15,17 +17,35 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
-from ._linalg import dot, safe_sqrt
+from ._linalg import dot, lead, safe_sqrt
 from ._selection import gather_pairs, gather_tokens, random_ranks, visible_mask
 
 
+def _align(alpha, x, context, *masks):
+    """Give the row arrays one rank: `alpha` and the `masks` `(*batch, rows, tokens)`, `x`
+    `(*batch, tokens, dim)` with the same number of batch axes (size 1 where shared), `context`
+    `(*batch, rows)`; `alpha` and the masks are broadcast to one shape."""
+    context = jnp.asarray(context)
+    ndim = max(alpha.ndim, x.ndim, context.ndim + 1, *(m.ndim for m in masks))
+    shape = jnp.broadcast_shapes(*(lead(a, ndim).shape for a in (alpha, *masks)))
+    alpha, *masks = (jnp.broadcast_to(lead(a, ndim), shape) for a in (alpha, *masks))
+    return (alpha, lead(x, ndim), lead(context, ndim - 1), *masks)
+
+
 def _left_out(selected, context):
-    return visible_mask(context, selected.shape[-1]) & ~selected
+    visible = visible_mask(context, selected.shape[-1])
+    return (
+        jnp.broadcast_to(visible, jnp.broadcast_shapes(visible.shape, selected.shape)) & ~selected
+    )
 
 
-def distances_to_context(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                         selected: Bool[Array, "*#batch rows tokens"]) -> Float[Array, "*#batch rows tokens"]:
+def distances_to_context(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    selected: Bool[Array, "*#batch rows tokens"],
+) -> Float[Array, "*#batch rows tokens"]:
     """`‖α_i x_i − s‖` for every token i, with `s = Σ_{j∈I} α_j x_j` (Gram identity)."""
+    alpha, x, _, selected = _align(alpha, x, jnp.zeros(alpha.shape[:-1], jnp.int32), selected)
     s = dot("...rt,...td->...rd", jnp.where(selected, alpha, 0), x)
     ss = jnp.sum(s * s, axis=-1, keepdims=True)
     xs = dot("...rd,...td->...rt", s, x)
@@ -33,25 +53,35 @@ def distances_to_context(alpha: Float[Array, "*#batch rows tokens"], x: Float[Ar
     return safe_sqrt(alpha * alpha * gx - 2 * alpha * xs + ss)
 
 
-def selection_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                       selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
-                       *, reading: str = "sum") -> Float[Array, "*#batch rows"]:
+def selection_distance(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    selected: Bool[Array, "*#batch rows tokens"],
+    context: Int[Array, "*#batch rows"],
+    *,
+    reading: str = "sum",
+) -> Float[Array, "*#batch rows"]:
     """The distance `d̃` between the context vector of `I` and the non-selected tokens.
 
     **Arguments:**
 
     - `alpha`: attention weights (rows sum to one over the visible tokens).
-    - `x`: token vectors (values by default, spec §1).
+    - `x`: token vectors (values by default, docs/gpt2.md "Notation").
     - `selected`: the set I, e.g. [`topn_mask`][] or `random_ranks(...) < N`.
     - `context`: visible tokens per row, `L_t`.
     - `reading`: `"sum"` (default, `Σ_{i∉I} ‖α_i x_i − s‖`) or `"norm"` (`‖Σ_{i∉I} α_i x_i − s‖`).
 
-    **Returns:** `d̃` per row; exactly 0 for rows where I holds every visible token.
+    **Returns:** `d̃` per row. Where I holds every visible token the sum reading is exactly 0,
+    and the norm reading is `‖s‖` (the norm of an empty sum minus s): only the sum reading
+    collapses as N → L.
     """
+    alpha, x, context, selected = _align(alpha, x, context, selected)
     out = _left_out(selected, context)
     if reading == "norm":
-        diff = dot("...rt,...td->...rd", jnp.where(out, alpha, 0) - jnp.where(selected, alpha, 0), x)
-        return jnp.where(jnp.any(out, axis=-1), jnp.linalg.norm(diff, axis=-1), 0)
+        diff = dot(
+            "...rt,...td->...rd", jnp.where(out, alpha, 0) - jnp.where(selected, alpha, 0), x
+        )
+        return jnp.linalg.norm(diff, axis=-1)
     if reading != "sum":
         raise ValueError(f"reading must be 'sum' or 'norm', got {reading!r}")
     return jnp.sum(jnp.where(out, distances_to_context(alpha, x, selected), 0), axis=-1)
@@ -60,8 +90,11 @@ def selection_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Arra
 class FixedSetBound(eqx.Module):
     """Theorem 1's fixed-set bound and its ingredients, per row.
 
-    - `bound`: `(1 − ᾱ_N) d_1 + [(L − N) − (1 − ᾱ_N)/ᾱ_N] ‖s‖`.
-    - `bound_max`: the weaker `(1 − ᾱ_N) d_1 + [(L − N) ᾱ_N − (1 − ᾱ_N)] max_{j∈I} ‖x_j‖`.
+    - `bound`: the bound on `d̃` of the reading asked for. Sum reading:
+      `(1 − ᾱ_N) d_1 + [(L − N) − (1 − ᾱ_N)/ᾱ_N] ‖s‖`; norm reading:
+      `(1 − ᾱ_N) d_1 + |1 − 2ᾱ_N| ‖s‖/ᾱ_N`.
+    - `bound_max`: the weaker form with `‖s‖ ≤ ᾱ_N max_{j∈I} ‖x_j‖`; sum reading:
+      `(1 − ᾱ_N) d_1 + [(L − N) ᾱ_N − (1 − ᾱ_N)] max_{j∈I} ‖x_j‖`.
     - `d1`: `max_{i∉I, j∈I} ‖x_i − x_j‖` (0 when nothing is left out), or an upper bound on it
       where `d1_exact` is False (see [`left_out_diameter`][]).
     - `mass`: `ᾱ_N`; `s_norm`: `‖s‖`.
@@ -80,18 +113,24 @@ def _pairwise_sq(x):
     return gx[..., :, None] + gx[..., None, :] - 2 * dot("...td,...ud->...tu", x, x)
 
 
-def distance_tables(x: Float[Array, "*#batch tokens dim"]
-                    ) -> tuple[Float[Array, "*#batch tokens tokens"], Float[Array, "*#batch tokens tokens"]]:
+def distance_tables(
+    x: Float[Array, "*#batch tokens dim"],
+) -> tuple[Float[Array, "*#batch tokens tokens"], Float[Array, "*#batch tokens tokens"]]:
     """`(sq, far)`: squared pairwise distances and their running maximum over the token index,
     `far[j, c] = max_{i ≤ c} ‖x_i − x_j‖²` (for [`left_out_diameter`][] with `exact=False`)."""
     sq = _pairwise_sq(x)
     return sq, jax.lax.cummax(sq, axis=sq.ndim - 1)
 
 
-def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Array, "*#batch rows tokens"],
-                      context: Int[Array, "*#batch rows"], members: Int[Array, "*#batch rows k"], *,
-                      exact: bool = True, tables=None
-                      ) -> tuple[Float[Array, "*#batch rows"], Bool[Array, "*#batch rows"]]:
+def left_out_diameter(
+    x: Float[Array, "*#batch tokens dim"],
+    selected: Bool[Array, "*#batch rows tokens"],
+    context: Int[Array, "*#batch rows"],
+    members: Int[Array, "*#batch rows k"],
+    *,
+    exact: bool = True,
+    tables=None,
+) -> tuple[Float[Array, "*#batch rows"], Bool[Array, "*#batch rows"]]:
     """`d_1 = max_{i∉I, j∈I} ‖x_i − x_j‖` over the visible tokens.
 
     **Arguments:**
@@ -110,10 +149,14 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
     **Returns:** `(d_1, exact)` per row; where `exact` is False the value is an upper bound, which
     keeps Theorem 1's bound rigorous.
     """
+    context = jnp.asarray(context)
+    ndim = max(selected.ndim, x.ndim, context.ndim + 1, members.ndim)
+    x, context = lead(x, ndim), lead(context, ndim - 1)
+    selected, members = lead(selected, ndim), lead(members, ndim)
     k = members.shape[-1]
     n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
-    is_member = jnp.arange(k, dtype=jnp.int32) < n_sel[..., None]
-    out = visible_mask(context, selected.shape[-1]) & ~selected
+    is_member = lead(jnp.arange(k, dtype=jnp.int32), n_sel.ndim + 1) < n_sel[..., None]
+    out = _left_out(selected, context)
     nothing_out = ~jnp.any(out, axis=-1)
     if exact:
         xm = gather_tokens(x, members)
@@ -124,6 +167,7 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
         d1sq = jnp.max(jnp.where(pair, sq, 0), axis=(-2, -1))
         return jnp.where(nothing_out, 0, safe_sqrt(d1sq)), jnp.ones(d1sq.shape, bool)
     sq, far = distance_tables(x) if tables is None else tables
+    sq, far = lead(sq, ndim), lead(far, ndim)
     last = jnp.broadcast_to(jnp.asarray(context, jnp.int32) - 1, n_sel.shape)[..., None]
     far_m = gather_pairs(far, members, last)[..., 0]
     reach = jnp.max(jnp.where(is_member, far_m, 0), axis=-1)
@@ -134,25 +178,43 @@ def left_out_diameter(x: Float[Array, "*#batch tokens dim"], selected: Bool[Arra
     return jnp.where(nothing_out, 0, safe_sqrt(reach)), exact_rows
 
 
-def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                    selected: Bool[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
-                    members: Int[Array, "*#batch rows k"], *, exact: bool = True,
-                    tables=None) -> FixedSetBound:
-    """Theorem 1's rigorous upper bound on `d̃` for a fixed selected set.
+def fixed_set_bound(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    selected: Bool[Array, "*#batch rows tokens"],
+    context: Int[Array, "*#batch rows"],
+    members: Int[Array, "*#batch rows k"],
+    *,
+    exact: bool = True,
+    tables=None,
+    reading: str = "sum",
+) -> FixedSetBound:
+    """Theorem 1's rigorous upper bound on `d̃` for a fixed selected set (weights `α ≥ 0`).
 
-    Proof (spec §3): `α_i x_i − s = α_i (x_i − ŝ) + (α_i/ᾱ_N − 1) s` with `ŝ = s/ᾱ_N` a convex
-    combination of selected tokens, so `‖x_i − ŝ‖ ≤ d_1`. For the top-N set `α_i ≤ ᾱ_N` for every
-    left-out i and the spec's formula follows; for any other set the coefficient is kept as
-    `|1 − α_i/ᾱ_N|`, which equals it for top-N sets and keeps the bound valid. `1 − ᾱ_N` is
-    computed as the left-out mass `Σ_{i∉I} α_i` (equal for normalized weights).
+    Proof (docs/gpt2.md, "Theorem 1: which reading"): with `ŝ = s/ᾱ_N`, a convex combination of
+    the selected tokens, `‖x_i − ŝ‖ ≤ d_1` for every left-out i, and
+
+    - sum reading: `α_i x_i − s = α_i (x_i − ŝ) + (α_i/ᾱ_N − 1) s` for each left-out i; for the
+      top-N set `α_i ≤ ᾱ_N` and summing gives the bound. For any other set the coefficient is
+      kept as `|1 − α_i/ᾱ_N|`, which equals it for top-N sets and keeps the bound valid. The
+      bound is attained when all token vectors coincide.
+    - norm reading: `Σ_{i∉I} α_i x_i − s = Σ_{i∉I} α_i (x_i − ŝ) + (Σ_{i∉I} α_i − ᾱ_N) ŝ`.
+
+    `1 − ᾱ_N` is computed as the left-out mass `Σ_{i∉I} α_i` (equal for normalized weights, and
+    what the proof uses for weights that do not sum to one).
 
     **Arguments:**
 
     - `alpha`, `x`, `selected`, `context`: as in [`selection_distance`][].
     - `members`, `exact`, `tables`: how `d_1` is computed, see [`left_out_diameter`][].
+    - `reading`: `"sum"` (default) or `"norm"`, as in [`selection_distance`][].
 
     **Returns:** a [`FixedSetBound`][].
     """
+    if reading not in ("sum", "norm"):
+        raise ValueError(f"reading must be 'sum' or 'norm', got {reading!r}")
+    alpha, x, context, selected = _align(alpha, x, context, selected)
+    members = lead(members, alpha.ndim)
     out = _left_out(selected, context)
     w = jnp.where(selected, alpha, 0)
     mass = jnp.sum(w, axis=-1)
@@ -160,23 +222,35 @@ def fixed_set_bound(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, 
     s = dot("...rt,...td->...rd", w, x)
     s_norm = jnp.linalg.norm(s, axis=-1)
     safe_mass = jnp.where(mass > 0, mass, 1)
-    coef = jnp.sum(jnp.where(out, jnp.abs(1 - alpha / safe_mass[..., None]), 0), axis=-1)
     d1, d1_exact = left_out_diameter(x, selected, context, members, exact=exact, tables=tables)
     k = members.shape[-1]
     n_sel = jnp.sum(selected, axis=-1, dtype=jnp.int32)
-    is_member = jnp.arange(k, dtype=jnp.int32) < n_sel[..., None]
+    is_member = lead(jnp.arange(k, dtype=jnp.int32), n_sel.ndim + 1) < n_sel[..., None]
     gm = jnp.sum(gather_tokens(x, members) ** 2, axis=-1)
     xmax = safe_sqrt(jnp.max(jnp.where(is_member, gm, 0), axis=-1))
-    bound = rest * d1 + coef * s_norm
-    bound_max = rest * d1 + coef * mass * xmax
-    return FixedSetBound(bound=bound, bound_max=bound_max, d1=d1, d1_exact=d1_exact, mass=mass,
-                         s_norm=s_norm)
+    if reading == "sum":
+        coef = jnp.sum(jnp.where(out, jnp.abs(1 - alpha / safe_mass[..., None]), 0), axis=-1)
+        bound = rest * d1 + coef * s_norm
+        bound_max = rest * d1 + coef * mass * xmax
+    else:
+        gap = jnp.abs(rest - mass)
+        bound = rest * d1 + gap * s_norm / safe_mass
+        bound_max = rest * d1 + gap * xmax
+    return FixedSetBound(
+        bound=bound, bound_max=bound_max, d1=d1, d1_exact=d1_exact, mass=mass, s_norm=s_norm
+    )
 
 
-def random_set_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                        context: Int[Array, "*#batch rows"], n: int | Int[Array, ""], *,
-                        reading: str = "sum") -> Float[Array, "*#batch rows"]:
-    """Closed-form (Jensen) estimate of `E[d̃]` for a uniformly random N-subset (spec §3).
+def random_set_distance(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    context: Int[Array, "*#batch rows"],
+    n: int | Int[Array, ""],
+    *,
+    reading: str = "sum",
+) -> Float[Array, "*#batch rows"]:
+    """Closed-form (Jensen) estimate of `E[d̃]` for a uniformly random N-subset (docs/gpt2.md,
+    "Decisions").
 
     `E[d̃] ≈ ((L−N)/L) Σ_i ‖α_i x_i − (N/(L−1)) Σ_{j≠i} α_j x_j‖`: token i is left out with
     probability `(L−N)/L`, and given that, `E[s] = (N/(L−1)) Σ_{j≠i} α_j x_j`; since the norm is
@@ -185,15 +259,17 @@ def random_set_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Arr
 
     With `reading="norm"` the same argument gives `‖E[Σ_{i∉I} α_i x_i − s]‖ = |L − 2N|/L ‖u‖`.
 
-    **Returns:** the estimate per row (0 for rows with `L_t ≤ N`).
+    **Returns:** the estimate per row; for rows with `L_t ≤ N` (every token selected) the exact
+    value, 0 in the sum reading and `‖u‖` in the norm reading.
     """
-    visible = visible_mask(context, alpha.shape[-1])
+    alpha, x, context = _align(alpha, x, context)
+    visible = jnp.broadcast_to(visible_mask(context, alpha.shape[-1]), alpha.shape)
     w = jnp.where(visible, alpha, 0)
     u = dot("...rt,...td->...rd", w, x)
     if reading == "norm":
         lt = jnp.asarray(context).astype(alpha.dtype)
-        n = jnp.asarray(n, alpha.dtype)
-        return jnp.where(lt > n, jnp.abs(lt - 2 * n) / lt * jnp.linalg.norm(u, axis=-1), 0)
+        n = jnp.minimum(jnp.asarray(n, alpha.dtype), lt)
+        return jnp.abs(lt - 2 * n) / lt * jnp.linalg.norm(u, axis=-1)
     if reading != "sum":
         raise ValueError(f"reading must be 'sum' or 'norm', got {reading!r}")
     uu = jnp.sum(u * u, axis=-1, keepdims=True)
@@ -207,16 +283,23 @@ def random_set_distance(alpha: Float[Array, "*#batch rows tokens"], x: Float[Arr
     return jnp.where(lt > n, (lt - n) / lt * total, 0)
 
 
-def random_set_distance_mc(key: PRNGKeyArray, alpha: Float[Array, "*#batch rows tokens"],
-                           x: Float[Array, "*#batch tokens dim"], context: Int[Array, " rows"],
-                           n: int | Int[Array, ""], *, samples: int = 16, reading: str = "sum"
-                           ) -> tuple[Float[Array, "*#batch rows"], Float[Array, "*#batch rows"]]:
+def random_set_distance_mc(
+    key: PRNGKeyArray,
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    context: Int[Array, " rows"],
+    n: int | Int[Array, ""],
+    *,
+    samples: int = 16,
+    reading: str = "sum",
+) -> tuple[Float[Array, "*#batch rows"], Float[Array, "*#batch rows"]]:
     """Monte Carlo `E[d̃]` over uniformly random N-subsets of each row's visible tokens.
 
     **Arguments:** as [`selection_distance`][], plus a PRNG `key`, N and the number of `samples`.
 
     **Returns:** `(mean, standard error)` per row.
     """
+
     def one(k):
         selected = random_ranks(k, context, alpha.shape[-1]) < n
         return selection_distance(alpha, x, selected, context, reading=reading)
@@ -228,29 +311,47 @@ def random_set_distance_mc(key: PRNGKeyArray, alpha: Float[Array, "*#batch rows 
     return mean, jnp.std(draws, axis=0, ddof=1) / jnp.sqrt(samples)
 
 
-def topn_distances(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                   ranks: Int[Array, "*#batch rows tokens"], context: Int[Array, "*#batch rows"],
-                   ns: Int[Array, " k"], *, reading: str = "sum") -> Float[Array, "*#batch rows k"]:
+def topn_distances(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    ranks: Int[Array, "*#batch rows tokens"],
+    context: Int[Array, "*#batch rows"],
+    ns: Int[Array, " k"],
+    *,
+    reading: str = "sum",
+) -> Float[Array, "*#batch rows k"]:
     """[`selection_distance`][] of the sets `{ranks < N}` for every N in `ns` (one sort, no
     per-N recomputation of anything but the two matrix products).
 
     **Returns:** `d̃` with a trailing axis over `ns`.
     """
+
     def one(n):
         return selection_distance(alpha, x, ranks < n, context, reading=reading)
 
     return jnp.moveaxis(jax.lax.map(one, jnp.asarray(ns, jnp.int32)), 0, -1)
 
 
-def random_set_distances(alpha: Float[Array, "*#batch rows tokens"], x: Float[Array, "*#batch tokens dim"],
-                         context: Int[Array, "*#batch rows"], ns: Int[Array, " k"], *,
-                         reading: str = "sum") -> Float[Array, "*#batch rows k"]:
+def random_set_distances(
+    alpha: Float[Array, "*#batch rows tokens"],
+    x: Float[Array, "*#batch tokens dim"],
+    context: Int[Array, "*#batch rows"],
+    ns: Int[Array, " k"],
+    *,
+    reading: str = "sum",
+) -> Float[Array, "*#batch rows k"]:
     """[`random_set_distance`][] for every N in `ns`; the products `u Xᵀ` are shared by all N."""
     if reading != "sum":
-        return jnp.moveaxis(jax.lax.map(
-            lambda n: random_set_distance(alpha, x, context, n, reading=reading),
-            jnp.asarray(ns, jnp.int32)), 0, -1)
-    visible = visible_mask(context, alpha.shape[-1])
+        return jnp.moveaxis(
+            jax.lax.map(
+                lambda n: random_set_distance(alpha, x, context, n, reading=reading),
+                jnp.asarray(ns, jnp.int32),
+            ),
+            0,
+            -1,
+        )
+    alpha, x, context = _align(alpha, x, context)
+    visible = jnp.broadcast_to(visible_mask(context, alpha.shape[-1]), alpha.shape)
     w = jnp.where(visible, alpha, 0)
     u = dot("...rt,...td->...rd", w, x)
     uu = jnp.sum(u * u, axis=-1, keepdims=True)

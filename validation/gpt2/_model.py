@@ -1,11 +1,10 @@
 """GPT-2 in equinox with explicit float32 attention.
 
 The attention of every head is computed in the open, `softmax(q kᵀ / √d_head)` with the causal
-mask applied before the softmax (spec §6), so that q, k, v and the attention matrix of every layer
-and head can be returned. Arrays are float32 throughout, independently of `jax_enable_x64`, and
-every matrix product asks for `Precision.HIGHEST` so that accelerators do not silently use
-reduced-precision (TF32/bf16) arithmetic.
-"""
+mask applied before the softmax (docs/gpt2.md, "Notation"), so that q, k, v and the attention
+matrix of every layer and head can be returned. Arrays are float32 throughout, independently of
+`jax_enable_x64`, and every matrix product asks for `Precision.HIGHEST` so that accelerators do
+not silently use reduced-precision (TF32/bf16) arithmetic."""
 
 from __future__ import annotations
 
@@ -42,7 +41,10 @@ class LayerNorm(eqx.Module):
     def __call__(self, x: Float[Array, "tokens dim"]) -> Float[Array, "tokens dim"]:
         mean = jnp.mean(x, axis=-1, keepdims=True)
         var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-        return (x - mean) * lax.rsqrt(var + jnp.asarray(self.eps, F32)) * self.weight + self.bias
+        weight, bias = (
+            p.reshape((1,) * (x.ndim - p.ndim) + p.shape) for p in (self.weight, self.bias)
+        )
+        return (x - mean) * lax.rsqrt(var + jnp.asarray(self.eps, F32)) * weight + bias
 
 
 class Conv1D(eqx.Module):
@@ -52,7 +54,8 @@ class Conv1D(eqx.Module):
     bias: Float[Array, "*layers fan_out"]
 
     def __call__(self, x: Float[Array, "tokens fan_in"]) -> Float[Array, "tokens fan_out"]:
-        return _mm(x, self.weight) + self.bias
+        out = _mm(x, self.weight)
+        return out + self.bias.reshape((1,) * (out.ndim - self.bias.ndim) + self.bias.shape)
 
 
 def _activation(name: str):
@@ -80,8 +83,12 @@ class Blocks(eqx.Module):
     mlp_proj: Conv1D
 
 
-def causal_attention(q: Float[Array, "heads tokens d_head"], k: Float[Array, "heads tokens d_head"],
-                     *, scale: float | Float[Array, ""]) -> Float[Array, "heads tokens tokens"]:
+def causal_attention(
+    q: Float[Array, "heads tokens d_head"],
+    k: Float[Array, "heads tokens d_head"],
+    *,
+    scale: float | Float[Array, ""],
+) -> Float[Array, "heads tokens tokens"]:
     """Explicit causal softmax attention, `softmax(scale · q kᵀ)` masked before the softmax.
 
     **Arguments:**
@@ -92,9 +99,10 @@ def causal_attention(q: Float[Array, "heads tokens d_head"], k: Float[Array, "he
     **Returns:** the attention matrix; row `t` is supported on the keys `0..t` and sums to one.
     """
     n = q.shape[-2]
-    logits = jnp.einsum("hqd,hkd->hqk", q, k, precision=_HI,
-                        preferred_element_type=F32) * jnp.asarray(scale, F32)
-    mask = jnp.tril(jnp.ones((n, n), dtype=bool))
+    logits = jnp.einsum(
+        "hqd,hkd->hqk", q, k, precision=_HI, preferred_element_type=F32
+    ) * jnp.asarray(scale, F32)
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((n, n), dtype=bool)), logits.shape)
     logits = jnp.where(mask, logits, -jnp.inf)
     peak = lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
     weights = jnp.where(mask, jnp.exp(logits - peak), jnp.zeros((), F32))
@@ -128,8 +136,9 @@ class GPT2(eqx.Module):
     ln_f: LayerNorm
     lm_head: Float[Array, "vocab n_embd"] | None = None  # None: tied to `wte`
 
-    def __call__(self, tokens: Int[Array, " tokens"], *, capture: Iterable[str] = (),
-                 logits: bool = True) -> GPT2Output:
+    def __call__(
+        self, tokens: Int[Array, " tokens"], *, capture: Iterable[str] = (), logits: bool = True
+    ) -> GPT2Output:
         """Run the model on one sequence.
 
         **Arguments:**
@@ -159,7 +168,7 @@ class GPT2(eqx.Module):
         act = _activation(cfg.activation_function)
         h_, dh = cfg.n_head, cfg.d_head
         x = (jnp.take(self.wte, tokens, axis=0) + self.wpe[:n]).astype(F32)
-        base_scale = dh ** -0.5 if cfg.scale_attn_weights else 1.0
+        base_scale = dh**-0.5 if cfg.scale_attn_weights else 1.0
 
         def layer(x, inputs):
             blk, idx = inputs
@@ -167,11 +176,13 @@ class GPT2(eqx.Module):
             if cfg.scale_attn_by_inverse_layer_idx:
                 scale = base_scale / (idx.astype(F32) + 1)
             qkv = blk.c_attn(blk.ln_1(x))
-            q, k, v = (jnp.transpose(t.reshape(n, h_, dh), (1, 0, 2))
-                       for t in jnp.split(qkv, 3, axis=-1))
+            q, k, v = (
+                jnp.transpose(t.reshape(n, h_, dh), (1, 0, 2)) for t in jnp.split(qkv, 3, axis=-1)
+            )
             attn = causal_attention(q, k, scale=scale)
-            heads = jnp.einsum("hqk,hkd->qhd", attn, v, precision=_HI,
-                               preferred_element_type=F32).reshape(n, cfg.n_embd)
+            heads = jnp.einsum(
+                "hqk,hkd->qhd", attn, v, precision=_HI, preferred_element_type=F32
+            ).reshape(n, cfg.n_embd)
             out = {"q": q, "k": k, "v": v, "attn": attn, "hidden": x}
             x = x + blk.attn_proj(heads)
             x = x + blk.mlp_proj(act(blk.c_fc(blk.ln_2(x))))
@@ -222,6 +233,11 @@ def init_gpt2(config: GPT2Config, key: PRNGKeyArray, *, std: float = 0.02) -> GP
         c_fc=Conv1D(normal(keys[4], (n, d, f), std), jnp.zeros((n, f), F32)),
         mlp_proj=Conv1D(normal(keys[5], (n, f, d), proj_std), jnp.zeros((n, d), F32)),
     )
-    return GPT2(config=c, wte=normal(keys[0], (c.vocab_size, d), std),
-                wpe=normal(keys[1], (c.n_positions, d), std), blocks=blocks, ln_f=ln(d),
-                lm_head=None)
+    return GPT2(
+        config=c,
+        wte=normal(keys[0], (c.vocab_size, d), std),
+        wpe=normal(keys[1], (c.n_positions, d), std),
+        blocks=blocks,
+        ln_f=ln(d),
+        lm_head=None,
+    )

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from dynamics import ConfigError, DivergenceError
+from dynamics import ConfigError, DivergenceError, check_stop
 
 from ._config import GPT2Config
 from ._model import GPT2, init_gpt2
@@ -53,13 +53,19 @@ class TrainConfig(eqx.Module):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"train.{key}: must be a positive integer, got {v!r}")
         if self.n_embd % self.n_head:
-            raise ConfigError(f"train.n_embd={self.n_embd} must be a multiple of n_head={self.n_head}")
+            raise ConfigError(
+                f"train.n_embd={self.n_embd} must be a multiple of n_head={self.n_head}"
+            )
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ConfigError(f"train.lr: must be positive, got {self.lr!r}")
         if not 0 < self.predict_fraction <= 1:
-            raise ConfigError(f"train.predict_fraction: must lie in (0, 1], got {self.predict_fraction!r}")
+            raise ConfigError(
+                f"train.predict_fraction: must lie in (0, 1], got {self.predict_fraction!r}"
+            )
         if not 0 < self.val_fraction < 0.5:
-            raise ConfigError(f"train.val_fraction: must lie in (0, 0.5), got {self.val_fraction!r}")
+            raise ConfigError(
+                f"train.val_fraction: must lie in (0, 0.5), got {self.val_fraction!r}"
+            )
         if self.max_minutes < 0 or self.warmup < 0 or self.weight_decay < 0 or self.clip <= 0:
             raise ConfigError("train: max_minutes, warmup and weight_decay must be ≥ 0, clip > 0")
 
@@ -128,30 +134,80 @@ def _make_step(cfg: TrainConfig):
 
 def _windows(rng: np.random.Generator, tokens: np.ndarray, batch: int, length: int) -> np.ndarray:
     starts = rng.integers(0, len(tokens) - length, size=batch)
-    return np.stack([tokens[s:s + length] for s in starts]).astype(np.int32)
+    return np.stack([tokens[s : s + length] for s in starts]).astype(np.int32)
 
 
 def _positions(rng: np.random.Generator, batch: int, context: int, fraction: float) -> np.ndarray:
     count = max(1, int(round(fraction * context)))
     if count >= context:
         return np.broadcast_to(np.arange(context, dtype=np.int32), (batch, context)).copy()
-    return np.sort(np.stack([rng.choice(context, count, replace=False) for _ in range(batch)]),
-                   axis=1).astype(np.int32)
+    return np.sort(
+        np.stack([rng.choice(context, count, replace=False) for _ in range(batch)]), axis=1
+    ).astype(np.int32)
 
 
 def evaluate(model: GPT2, tokens: np.ndarray, context: int, *, windows: int = 4) -> float:
     """Mean next-token loss on `windows` consecutive windows of `tokens` (all positions)."""
     length = context + 1
     count = min(windows, max(1, (len(tokens) - 1) // context))
-    wins = np.stack([tokens[i * context:i * context + length] for i in range(count)
-                     if i * context + length <= len(tokens)]).astype(np.int32)
+    wins = np.stack(
+        [
+            tokens[i * context : i * context + length]
+            for i in range(count)
+            if i * context + length <= len(tokens)
+        ]
+    ).astype(np.int32)
     positions = np.broadcast_to(np.arange(context, dtype=np.int32), (len(wins), context))
     loss = eqx.filter_jit(_loss)(model, jnp.asarray(wins), jnp.asarray(positions))
     return float(loss)
 
 
-def train_gpt2(tokens: np.ndarray, cfg: TrainConfig | None = None, *, vocab_size: int = 50257,
-               progress: bool | None = None) -> tuple[GPT2, dict[str, Any]]:
+def _split(n_tokens: int, cfg: TrainConfig) -> int:
+    """Tokens `[:split]` train, the rest validates."""
+    return int(n_tokens * (1 - cfg.val_fraction))
+
+
+def check_train_length(n_tokens: int, cfg: TrainConfig) -> None:
+    """Raise a one-line [`dynamics.ConfigError`][] when `n_tokens` is below [`min_tokens`][]."""
+    need = min_tokens(cfg)
+    if n_tokens < need:
+        raise ConfigError(
+            f"train: the text has {n_tokens} tokens, but --context {cfg.context} needs at least "
+            f"{need} ({cfg.context + 2} in the training part, the first "
+            f"{1 - cfg.val_fraction:.0%}, and {cfg.context + 1} in the validation part); use a "
+            "longer text or a smaller --context"
+        )
+
+
+def min_tokens(cfg: TrainConfig) -> int:
+    """The fewest tokens [`train_gpt2`][] accepts for `cfg`.
+
+    Training windows of `context + 1` tokens start anywhere in the first `1 − val_fraction` of
+    the text, so that part needs `context + 2` tokens (at least two possible starts); the
+    validation loss needs one window of `context + 1` tokens in the rest. The split rounds
+    down, so the smallest length satisfying both is found by a search (both parts grow
+    monotonically with the length).
+
+    **Arguments:**
+
+    - `cfg`: a [`TrainConfig`][].
+
+    **Returns:** the minimum number of tokens.
+    """
+    need_train, need_val = cfg.context + 2, cfg.context + 1
+    n = need_train + need_val
+    while _split(n, cfg) < need_train or n - _split(n, cfg) < need_val:
+        n += 1
+    return n
+
+
+def train_gpt2(
+    tokens: np.ndarray,
+    cfg: TrainConfig | None = None,
+    *,
+    vocab_size: int = 50257,
+    progress: bool | None = None,
+) -> tuple[GPT2, dict[str, Any]]:
     """Train a GPT-2-architecture model on a token stream.
 
     **Arguments:**
@@ -165,14 +221,16 @@ def train_gpt2(tokens: np.ndarray, cfg: TrainConfig | None = None, *, vocab_size
     """
     cfg = cfg if cfg is not None else TrainConfig()
     tokens = np.asarray(tokens, dtype=np.int32)
-    split = int(len(tokens) * (1 - cfg.val_fraction))
+    check_train_length(len(tokens), cfg)
+    split = _split(len(tokens), cfg)
     train, val = tokens[:split], tokens[split:]
-    if len(train) < 2 * (cfg.context + 1) or len(val) < cfg.context + 1:
-        raise ConfigError(f"train: the text has {len(tokens)} tokens, too few for context "
-                          f"{cfg.context} (need about {int(3 * (cfg.context + 1) / cfg.val_fraction)}); "
-                          "use a longer text or a smaller --context")
-    gcfg = GPT2Config(vocab_size=vocab_size, n_positions=cfg.context, n_embd=cfg.n_embd,
-                      n_layer=cfg.n_layer, n_head=cfg.n_head)
+    gcfg = GPT2Config(
+        vocab_size=vocab_size,
+        n_positions=cfg.context,
+        n_embd=cfg.n_embd,
+        n_layer=cfg.n_layer,
+        n_head=cfg.n_head,
+    )
     model = init_gpt2(gcfg, jr.key(cfg.seed))
     params = eqx.filter(model, eqx.is_inexact_array)
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -191,6 +249,7 @@ def train_gpt2(tokens: np.ndarray, cfg: TrainConfig | None = None, *, vocab_size
     compile_s = None
     done = 0
     for i in range(cfg.steps):
+        check_stop()                     # SIGINT/SIGTERM: stop between steps
         windows = _windows(rng, train, cfg.batch, cfg.context + 1)
         positions = _positions(rng, cfg.batch, cfg.context, cfg.predict_fraction)
         t = time.perf_counter()
@@ -213,12 +272,18 @@ def train_gpt2(tokens: np.ndarray, cfg: TrainConfig | None = None, *, vocab_size
     val_final = evaluate(model, val, cfg.context)
     tokens_seen = done * cfg.batch * cfg.context
     log = {
-        "steps": done, "tokens_seen": tokens_seen, "train_tokens": int(len(train)),
-        "val_tokens": int(len(val)), "loss": losses,
-        "loss_first": losses[0], "loss_last_10_mean": float(np.mean(losses[-10:])),
-        "val_loss_initial": val_initial, "val_loss_final": val_final,
+        "steps": done,
+        "tokens_seen": tokens_seen,
+        "train_tokens": int(len(train)),
+        "val_tokens": int(len(val)),
+        "loss": losses,
+        "loss_first": losses[0],
+        "loss_last_10_mean": float(np.mean(losses[-10:])),
+        "val_loss_initial": val_initial,
+        "val_loss_final": val_final,
         "uniform_loss": math.log(vocab_size),
-        "train_s": train_s, "first_step_s_incl_compile": compile_s,
+        "train_s": train_s,
+        "first_step_s_incl_compile": compile_s,
         "tokens_per_s": tokens_seen / max(train_s, 1e-9),
         "parameters": gcfg.num_params(),
     }

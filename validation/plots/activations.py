@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
-import matplotlib.ticker
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from . import pyplot as plt
 
-from dynamics.activations import activation_class, activation_color, activation_names  # noqa: E402
+from dynamics.activations import activation_class, activation_color, activation_names
 
 
 def _color(act: str, i: int) -> str:
@@ -99,6 +96,8 @@ def plot_excess_eta(path: Path, etas, excess, excess_err, *, sgd: Sequence[dict]
                     slope: float | None = None, bayes: float, gf_excess: float | None = None,
                     title: str = "") -> None:
     """Stationary excess risk `R − R_Bayes` versus η (log-log), ODE with η² terms and SGD."""
+    from matplotlib.ticker import NullLocator
+
     fig, ax = plt.subplots(figsize=(5.6, 4.3))
     etas, excess = np.asarray(etas, float), np.asarray(excess, float)
     ax.errorbar(etas, np.abs(excess), yerr=excess_err, marker="o", color="C2", capsize=2,
@@ -118,7 +117,7 @@ def plot_excess_eta(path: Path, etas, excess, excess_err, *, sgd: Sequence[dict]
     ax.set_yscale("log")
     ax.set_xticks(list(etas))
     ax.set_xticklabels([f"{e:g}" for e in etas])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("learning rate η")
     ax.set_ylabel(r"$R_{\rm stationary} - R_{\rm Bayes}$")
     ax.set_title(title or "Bayes-softmax: excess risk from SGD noise", fontsize=9)

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import ListedColormap  # noqa: E402
+from . import pyplot as plt
 
-from ..experiments.phase_diagram import PHASE_CLASSES  # noqa: E402
-from ..experiments.phases import Phases  # noqa: E402
+from ..experiments.phase_diagram import PHASE_CLASSES
+from ..experiments.phases import Phases
 
 PHASE_COLORS = ("#d9d9d9", "#fdae61", "#2c7bb6", "#d7191c", "#7b3294")
 
@@ -164,6 +161,8 @@ def plot_phase_diagram(path: Path, k1: str, v1, k2: str, v2, classes: np.ndarray
     """Categorical map of the phase of each grid point (`classes (len(v1), len(v2))`, indices
     into [`PHASE_CLASSES`][]), with the escape time written in the specialized cells."""
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    from matplotlib.colors import ListedColormap
+
     cmap = ListedColormap(PHASE_COLORS)
     ax.imshow(np.asarray(classes).T, origin="lower", aspect="auto", cmap=cmap, vmin=-0.5,
               vmax=len(PHASE_CLASSES) - 0.5, extent=(-0.5, len(v1) - 0.5, -0.5, len(v2) - 0.5))

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from . import pyplot as plt
 
-from dynamics import ORDER_PARAMETERS  # noqa: E402
+from dynamics import ORDER_PARAMETERS
 
 
 def _components(name: str, arr: np.ndarray) -> list[tuple[str, np.ndarray]]:

@@ -1,0 +1,54 @@
+"""The caches between runs (`validation._cache`): JAX's persistent compilation cache and the
+generated symbolic code, in `$HEADFLOW_CACHE_DIR`; a repeated run reads them and gives the same
+results; `--no-cache` and `HEADFLOW_CACHE=0` write nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--set", "training.t_max=0.5", "--set", "output.n_save=3", "--set", "ode.samples=256",
+        "--set", "model.L=2", "--set", "ode.rhs=symbolic"]
+
+
+def _ode(out: Path, cache: Path, *before: str, enabled: bool = True) -> dict:
+    """`headflow [BEFORE] ode TINY --out OUT` in a subprocess with the cache in `cache`."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache),
+           "HEADFLOW_CACHE": "1" if enabled else "0"}
+    done = subprocess.run([sys.executable, "-m", "validation", *before, "ode", *TINY, "--out",
+                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads((out / "meta.json").read_text())
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+@pytest.mark.slow
+def test_repeated_run_uses_the_cache(tmp_path):
+    cache = tmp_path / "cache"
+    _ode(tmp_path / "a", cache)
+    jax_entries = _files(cache / "jax")
+    assert jax_entries, "no compiled program was cached"
+    assert _files(cache / "symbolic"), "the generated symbolic code was not cached"
+    _ode(tmp_path / "b", cache)
+    with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # the second run compiled nothing new: the same programs, found in the cache
+    assert _files(cache / "jax") == jax_entries
+
+
+@pytest.mark.slow
+def test_cache_off_writes_nothing(tmp_path):
+    _ode(tmp_path / "a", tmp_path / "c1", "--no-cache")
+    _ode(tmp_path / "b", tmp_path / "c2", enabled=False)
+    assert _files(tmp_path / "c1") == [] and _files(tmp_path / "c2") == []

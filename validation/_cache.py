@@ -1,0 +1,52 @@
+"""Caches between runs: JAX's persistent compilation cache and the generated symbolic code.
+
+Both live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
+`~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
+identical run then skips compilation and the sympy derivation and only traces.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+
+from dynamics.symbolic import set_source_cache
+
+MIN_COMPILE_S = 0.1
+"""Programs that compile faster than this are not worth a disk round trip."""
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("HEADFLOW_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "headflow"
+
+
+def _off() -> None:
+    """Both caches off (also when an earlier call in this process had turned them on)."""
+    set_source_cache(None)
+    jax.config.update("jax_compilation_cache_dir", None)
+
+
+def configure(enabled: bool = True) -> Path | None:
+    """Turn both caches on in the cache folder (None, and both off, when disabled or when the
+    folder cannot be created: a cache is never a reason to fail)."""
+    if not enabled or os.environ.get("HEADFLOW_CACHE", "1").strip().lower() in ("0", "off",
+                                                                                 "false", "no"):
+        _off()
+        return None
+    root = cache_root()
+    try:
+        (root / "jax").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        _off()
+        return None
+    jax.config.update("jax_compilation_cache_dir", str(root / "jax"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    set_source_cache(root / "symbolic")
+    return root
