@@ -231,3 +231,37 @@ def test_symmetric_start_constructor():
     np.testing.assert_allclose(np.asarray(ov.q), 0.04 * np.eye(3))
     np.testing.assert_allclose(np.asarray(ov.s), 0.09 * np.eye(3))
     np.testing.assert_allclose(np.asarray(ov.b), 0.5)
+
+
+def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
+    """`[ode] samples = "auto"`: the count is a power of two in [pilot, cap], grows when the
+    error target is tightened, and the run reports the pilot's and its own measured field error;
+    with the chosen count the measured error is within a factor 2 of the target (the sizing
+    assumes the backend's convergence rate). `rhs = "auto"` is the generated code on the
+    manifold for a derived activation, autodiff for the full form."""
+    from dynamics.expectations import AUTO_MAX_SAMPLES
+    from dynamics.ode import error_target, resolved_rhs, sized
+    from dynamics.ode._run import AUTO_PILOT
+
+    base = ["training.t_max=2", "output.n_save=5", "model.L=3", "ode.samples=\"auto\"",
+            "ode.expectation=\"qmc\""]
+    counts = {}
+    loose = d.load_config(None, [*base, "ode.error_target=1.0"])
+    model = loose.build_model()
+    ov0 = d.ode.initial_state(loose, model).on_manifold()
+    eps = sized(loose, model, ov0, loose.save_times())[1]["pilot_error"]
+    for target in (2 * eps, eps / 4):                 # the pilot suffices; it does not
+        cfg = d.load_config(None, [*base, f"ode.error_target={target!r}"])
+        resolved, info = sized(cfg, model, ov0, cfg.save_times())
+        n = int(resolved.ode.samples)
+        assert AUTO_PILOT <= n <= AUTO_MAX_SAMPLES and n & (n - 1) == 0, n
+        assert info["target"] == error_target(cfg) == target and info["pilot_error"] > 0
+        counts[target] = n
+        res = run_ode(cfg)
+        assert res.accuracy["samples"] == n
+        if n < AUTO_MAX_SAMPLES:
+            assert res.accuracy["relative_error_max"] <= 2 * target, res.accuracy
+    assert counts[2 * eps] == AUTO_PILOT and counts[eps / 4] > AUTO_PILOT, counts
+    cfg = d.load_config(None, ["ode.rhs=\"auto\""])
+    assert resolved_rhs(cfg) == "symbolic"
+    assert resolved_rhs(cfg.replace(**{"ode.form": "full"})) == "autodiff"
