@@ -104,11 +104,7 @@ class Overlaps(eqx.Module):
 
     def gram(self, rho: float | Float[Array, ""]) -> Float[Array, "P P"]:
         """The full Gram matrix `Ω` over `[K (H), V (H), K* (F), v* (1)]`."""
-        H, F = self.H, self.F
-        st = jnp.block([[self.m, self.kvs[:, None]], [self.vks, self.n[:, None]]])
-        tt = jnp.diag(jnp.concatenate([jnp.ones(F), jnp.full((1,), rho)]))
-        del H
-        return jnp.block([[self.student_gram(), st], [st.T, tt]])
+        return _gram_blocks(jnp, self, rho)
 
     @classmethod
     def from_student_rows(cls, rows: Float[Array, "H2 P"], b: Float[Array, " H"], F: int
@@ -122,17 +118,10 @@ class Overlaps(eqx.Module):
     def check_psd(self, rho: float, *, what: str = "overlaps", tol: float = 1e-9) -> None:
         """Raise a one-line error unless the Gram matrix is a valid (PSD) Gram matrix (a host
         check, in numpy: no compilation)."""
-        m, q, n, s, kv, kvs, vks = (np.asarray(getattr(self, k), dtype=np.float64)
-                                    for k in ("m", "q", "n", "s", "kv", "kvs", "vks"))
-        F = m.shape[-1]
-        st = np.block([[m, kvs[:, None]], [vks, n[:, None]]])
-        tt = np.diag(np.concatenate([np.ones(F), [rho]]))
-        gram = np.block([[np.block([[q, kv], [kv.T, s]]), st], [st.T, tt]])
-        if not np.all(np.isfinite(gram)):
-            lam = float("nan")
-        else:
-            lam = float(np.linalg.eigvalsh(0.5 * (gram + gram.T))[0])
-        scale = max(1.0, float(np.max(np.abs(gram))) if np.all(np.isfinite(gram)) else 1.0)
+        gram = _gram_blocks(np, self, float(rho), lambda x: np.asarray(x, dtype=np.float64))
+        finite = bool(np.all(np.isfinite(gram)))
+        lam = float(np.linalg.eigvalsh(0.5 * (gram + gram.T))[0]) if finite else float("nan")
+        scale = max(1.0, float(np.max(np.abs(gram)))) if finite else 1.0
         if not np.isfinite(lam) or lam < -tol * scale:
             raise HeadflowError(
                 f"{what} are not a valid Gram matrix (smallest eigenvalue {lam:.3g} < 0): "
@@ -215,3 +204,16 @@ def _matmul(a: Float[Array, "i j"], b: Float[Array, "j k"]) -> Float[Array, "i k
     """`a @ b` for tiny matrices as a broadcast sum: under `vmap` over many samples this is far
     faster on CPU than a batched matrix product."""
     return jnp.sum(a[:, :, None] * b[None, :, :], axis=1)
+
+
+_GRAM_LEAVES = ("m", "q", "n", "s", "kv", "kvs", "vks")
+
+
+def _gram_blocks(xp, ov: Overlaps, rho, as_array=lambda x: x):
+    """`Ω` over `[K, V, K*, v*]` from the overlap blocks of `ov` (each through `as_array`),
+    with `xp` = `jax.numpy` (traced) or `numpy` (a host check without compilation)."""
+    m, q, n, s, kv, kvs, vks = (as_array(getattr(ov, k)) for k in _GRAM_LEAVES)
+    F = m.shape[-1]
+    st = xp.block([[m, kvs[:, None]], [vks, n[:, None]]])
+    tt = xp.diag(xp.concatenate([xp.ones(F), xp.full((1,), rho)]))
+    return xp.block([[xp.block([[q, kv], [kv.T, s]]), st], [st.T, tt]])

@@ -11,7 +11,6 @@ independent of the fields. One SGD step is then an exact map of `(Ω, b)`
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ from dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes
                       require_x64)
 from dynamics.sharding import shard_leading
 
-from ._runs import save_steps, seed_keys
+from ._runs import save_steps, seed_keys, segment_plan
 
 PIVOT_TOL = 1e-10
 """A Cholesky pivot within `PIVOT_TOL·Ω_jj` of zero is a dependent row (exact zero column of
@@ -445,13 +444,8 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     states, data_keys = shard_leading((states, ks[:, 2]))
 
     T = len(steps_at)
-    counts = np.diff(steps_at, prepend=0)
-    starts = steps_at - counts
-    n_seg = max(1, min(segments, T))
-    seg = math.ceil(T / n_seg)
-    pad = n_seg * seg - T
-    starts = np.concatenate([starts, np.full(pad, steps_at[-1])]).reshape(n_seg, seg)
-    counts = np.concatenate([counts, np.zeros(pad, np.int64)]).reshape(n_seg, seg)
+    starts, counts = segment_plan(steps_at, segments)
+    n_seg, seg = starts.shape
 
     bar = None
     if progress:

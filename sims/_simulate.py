@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Callable
 
@@ -19,7 +18,7 @@ from dynamics.expectations import MonteCarlo
 from dynamics.sharding import shard_leading
 
 from ._overlap_chain import simulate_overlaps
-from ._runs import save_steps, seed_keys
+from ._runs import save_steps, seed_keys, segment_plan
 from ._sgd import advance
 
 
@@ -111,13 +110,8 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     teachers, w, data_keys = shard_leading((teachers, w, ks[:, 2]))
 
     T = len(steps_at)
-    counts = np.diff(steps_at, prepend=0)
-    starts = steps_at - counts
-    n_seg = max(1, min(segments, T))
-    seg = math.ceil(T / n_seg)
-    pad = n_seg * seg - T
-    starts = np.concatenate([starts, np.full(pad, steps_at[-1])]).reshape(n_seg, seg)
-    counts = np.concatenate([counts, np.zeros(pad, np.int64)]).reshape(n_seg, seg)
+    starts, counts = segment_plan(steps_at, segments)
+    n_seg, seg = starts.shape
 
     bar = None
     if progress:

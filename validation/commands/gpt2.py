@@ -113,6 +113,16 @@ def _add_out(p: argparse.ArgumentParser, *, metavar: str, out_help: str) -> None
                    help="print one JSON summary object as the last line of stdout")
 
 
+def _add_checkpoint_and_text(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR",
+                   help="GPT-2 checkpoint folder (config.json, model.safetensors)")
+    _add_text(p)
+
+
+def _add_text(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--text", type=Path, required=True, metavar="FILE", help="UTF-8 text file")
+
+
 def _add_tokenizer(p: argparse.ArgumentParser, *, extra: str = "") -> None:
     p.add_argument("--tokenizer", type=Path, default=None, metavar="DIR",
                    help="folder with the GPT-2 BPE files (vocab.json + merges.txt, encoder.json + "
@@ -188,14 +198,7 @@ def register(sub) -> None:
         "and save q, k, v (layers, heads, L, d_head), attn (layers, heads, L, L) and "
         "tokens to an .npz file.",
     )
-    p.add_argument(
-        "--checkpoint",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="GPT-2 checkpoint folder (config.json, model.safetensors)",
-    )
-    p.add_argument("--text", type=Path, required=True, metavar="FILE", help="UTF-8 text file")
+    _add_checkpoint_and_text(p)
     p.add_argument(
         "--length",
         type=positive_int,
@@ -225,14 +228,7 @@ def register(sub) -> None:
         "temperature, multi-head coverage, and the rigorous checks, for one or more "
         "normalizers side by side; writes report.json, curves.npz and figures.",
     )
-    p.add_argument(
-        "--checkpoint",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="GPT-2 checkpoint folder (config.json, model.safetensors)",
-    )
-    p.add_argument("--text", type=Path, required=True, metavar="FILE", help="UTF-8 text file")
+    _add_checkpoint_and_text(p)
     _add_tokenizer(p)
     p.add_argument(
         "--length",
@@ -296,7 +292,7 @@ def register(sub) -> None:
         description="Train a small GPT-2-architecture model with the GPT-2 BPE on a "
         "text and save it in the Hugging Face layout.",
     )
-    p.add_argument("--text", type=Path, required=True, metavar="FILE", help="UTF-8 text file")
+    _add_text(p)
     _add_tokenizer(p)
     p.add_argument("--layers", type=positive_int, default=3, help="n_layer (default 3)")
     p.add_argument("--heads", type=positive_int, default=4, help="n_head (default 4)")
