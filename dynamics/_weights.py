@@ -35,8 +35,9 @@ class Weights(eqx.Module):
                                           teacher.kstar.shape[0])
 
 
-def init_weights(key: PRNGKeyArray, H: int, D: int, *, key_std: float, value_std: float,
-                 bias: float, dtype=jnp.float32) -> Weights:
+def init_weights(key: PRNGKeyArray, H: int, D: int, *, key_std: float | Float[Array, ""],
+                 value_std: float | Float[Array, ""],
+                 bias: float | Float[Array, ""], dtype=jnp.float32) -> Weights:
     """`k_h ~ N(0, σ_k² I)`, `v_h ~ N(0, σ_v² I)`, `b_h = b_0`
     (`docs/model.md#training-online-sgd`)."""
     kk, kv = jr.split(key)

@@ -22,6 +22,7 @@ import tomli_w
 
 from ._errors import ConfigError, check_memory
 from ._model import Model
+from ._schedule import Schedule
 from .activations import activation_class, get_activation
 from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
@@ -123,6 +124,8 @@ class TrainingSection:
     init_value_std: float = 0.1
     init_bias: float = 0.0
     t_max: float = 100.0
+    lr_schedule: dict | None = None       # {kind = "linear" | "log", times, values}: η(t),
+    lr_bias_schedule: dict | None = None  # η_b(t) (replace lr, lr_bias; docs/differentiable.md)
 
     def validate(self) -> None:
         _at_least("training.lr", self.lr, 0.0)
@@ -133,19 +136,23 @@ class TrainingSection:
         _at_least("training.init_value_std", self.init_value_std, 0.0)
         _finite("training.init_bias", self.init_bias)
         _positive("training.t_max", self.t_max)
+        for name in ("lr_schedule", "lr_bias_schedule"):
+            if getattr(self, name) is not None:
+                Schedule.from_table(f"training.{name}", getattr(self, name))
 
 
 @dataclasses.dataclass(frozen=True)
 class ODESection:
-    expectation: str = "mc"
-    samples: int | str = 65536  # a number of nodes, or "auto": sized for error_target
+    expectation: str = "qmc"    # scrambled Sobol: the error of MC at 4x the nodes (measured,
+                                # benchmarks/bench_theory_cost.py)
+    samples: int | str = 16384  # a number of nodes, or "auto": sized for error_target
     sgd_noise: bool = True
     solver: str = "tsit5"
     rtol: float = 1e-6
     atol: float = 1e-8
     form: str = "manifold"      # "manifold" (fast path) | "full" (cross overlaps kept)
-    rhs: str = "autodiff"       # "autodiff" | "symbolic" | "auto" (symbolic where derived,
-                                # else autodiff)
+    rhs: str = "auto"           # "autodiff" | "symbolic" | "auto" (symbolic where derived,
+                                # else autodiff: the fastest exact right-hand side)
     error_target: float | None = None   # samples = "auto": largest relative RHS error
                                         # (default 1e4 · rtol)
     seed: int = 0               # of the fixed (common) random numbers
@@ -199,6 +206,33 @@ class SimSection:
 
 
 @dataclasses.dataclass(frozen=True)
+class SDESection:
+    paths: int = 64
+    dt: float = 0.25            # largest step (each save interval is cut into equal steps)
+    solver: str = "drift_heun"  # "drift_heun" (noise as Euler–Maruyama, drift by Heun's rule;
+                                # measured: far less escape delay per cost) | "euler"
+    samples_drift: int | None = None    # nodes of the drift (FullField); default [ode] samples
+    samples_noise: int = 1024   # nodes of all fields for the diffusion matrix
+    noise: str = "nodes"        # "nodes": centred per-sample increments; "eigh": Σ^{1/2}
+    seed: int = 0               # of the initial draws and Brownian paths (path i: fold_in i)
+
+    def validate(self) -> None:
+        _at_least("sde.paths", self.paths, 1)
+        _positive("sde.dt", self.dt)
+        if self.solver not in ("euler", "drift_heun"):
+            raise ConfigError(f"sde.solver = {self.solver!r}: choose 'euler' (Euler–Maruyama) "
+                              "or 'drift_heun' (its drift by Heun's rule); the overlap SDE is "
+                              "an Itô SDE with non-commutative noise: diffrax's Heun, midpoint "
+                              "and SRK solvers converge to the Stratonovich solution and Itô "
+                              "Milstein needs commutative noise")
+        if self.samples_drift is not None:
+            _at_least("sde.samples_drift", self.samples_drift, MIN_SAMPLES)
+        _at_least("sde.samples_noise", self.samples_noise, MIN_SAMPLES)
+        _choice("sde.noise", self.noise, ("nodes", "eigh"))
+        _at_least("sde.seed", self.seed, 0)
+
+
+@dataclasses.dataclass(frozen=True)
 class OutputSection:
     n_save: int = 200
     spacing: str = "linear"
@@ -213,7 +247,7 @@ class OutputSection:
 
 _SECTIONS: dict[str, type] = {
     "model": ModelSection, "prior": PriorSection, "training": TrainingSection,
-    "ode": ODESection, "sim": SimSection, "output": OutputSection,
+    "ode": ODESection, "sim": SimSection, "output": OutputSection, "sde": SDESection,
 }
 
 
@@ -227,15 +261,18 @@ class Config:
     ode: ODESection = ODESection()
     sim: SimSection = SimSection()
     output: OutputSection = OutputSection()
+    sde: SDESection = SDESection()
 
     def __post_init__(self):
-        for name in ("model", "training", "ode", "sim", "output"):
+        for name in ("model", "training", "ode", "sim", "output", "sde"):
             getattr(self, name).validate()
         object.__setattr__(self, "prior", self.prior.resolved(self.model.F))
         self.build_prior()  # the prior classes check the rest (weights, p, var > 0)
         if self.sim.dim < self.model.F + 1:
             raise ConfigError(f"sim.dim = {self.sim.dim}: must exceed model.F = {self.model.F} "
                               "(the teacher needs F + 1 orthogonal directions)")
+        if self.sde.dt > self.training.t_max:
+            raise ConfigError(f"sde.dt = {self.sde.dt}: must be <= training.t_max")
         if self.output.t_min is not None and self.output.t_min >= self.training.t_max:
             raise ConfigError(f"output.t_min = {self.output.t_min}: must be < training.t_max")
         if self.sim.space == "overlaps":
@@ -398,6 +435,10 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
     if base is list:
         if not isinstance(value, list):
             raise ConfigError(f"{key} = {value!r}: must be a list")
+        return value
+    if base is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} = {value!r}: must be a table")
         return value
     return value  # pragma: no cover
 

@@ -23,7 +23,7 @@ from jaxtyping import Array, Bool, Float, Int, PRNGKeyArray
 
 from dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes, check_stop,
                       require_x64)
-from dynamics.sharding import shard_leading
+from dynamics.sharding import gather, shard_batch
 
 from ._runs import save_steps, seed_keys, segment_plan
 
@@ -303,7 +303,9 @@ def apply_step(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: 
     coordinates `c` of the batch's tokens (the signal token, at `eps`, shifted by `Cᵀ e_{K*} θ`),
     the fields `λ = C c`, the labels `y = λ_{v*,ε} + Δ ξ`, the token Gram matrix
     `x·x' = c·c' + T Tᵀ`, then [`gram_update`][]. Records the step in `fail_step` the first
-    time Ω fails [`psd_factor`][]'s check."""
+    time Ω fails [`psd_factor`][]'s check. The step sizes are those at `t = step/D`
+    ([`dynamics.StepSizes.at`][])."""
+    hp = hp.at(step / jnp.asarray(dim, jnp.float64))
     L = model.L
     s, F = n_students(model), model.F
     B, _, N = draws.c.shape[-3:]
@@ -366,7 +368,8 @@ def _as_float64(hp: StepSizes) -> StepSizes:
     """The step sizes as float64 arrays: traced, so new values do not recompile."""
     f64 = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
     return StepSizes(lr=f64(hp.lr), lr_bias=f64(hp.lr_bias), weight_decay=f64(hp.weight_decay),
-                     batch=hp.batch)
+                     batch=hp.batch, lr_schedule=hp.lr_schedule,
+                     lr_bias_schedule=hp.lr_bias_schedule)
 
 
 def _failure(model: Model, hp: StepSizes, dim: int, seed: int, step: int,
@@ -441,7 +444,8 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
 
     hp = _as_float64(hp)
     states = jax.vmap(ChainState.start)(omega, b)
-    states, data_keys = shard_leading((states, ks[:, 2]))
+    n = len(seeds)
+    states, data_keys = shard_batch((states, ks[:, 2]), n)
 
     T = len(steps_at)
     starts, counts = segment_plan(steps_at, segments)
@@ -459,14 +463,15 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
             check_stop()
             states, (om, bb) = _segment(model, hp, D, states, data_keys,
                                         jnp.asarray(starts[i]), jnp.asarray(counts[i]), block)
+            fail_step, fail_pivot, bb = gather((states.fail_step, states.fail_pivot, bb), n)
             omegas.append(om)
             biases.append(bb)
-            fail = np.asarray(states.fail_step)
+            fail = np.asarray(fail_step)
             bad_b = ~np.all(np.isfinite(np.asarray(bb)), axis=(1, 2))
             if np.any(fail >= 0) or np.any(bad_b):
                 if np.any(fail >= 0):
                     j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
-                    step, piv = int(fail[j]), float(np.asarray(states.fail_pivot)[j])
+                    step, piv = int(fail[j]), float(np.asarray(fail_pivot)[j])
                 else:
                     j = int(np.argmax(bad_b))
                     step, piv = int(steps_at[min((i + 1) * seg, T) - 1]), float("nan")
@@ -476,7 +481,7 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     finally:
         if bar is not None:
             bar.close()
-    omega_all = jnp.concatenate(omegas, axis=1)[:, :T]
+    omega_all = gather(jnp.concatenate(omegas, axis=1)[:, :T], n)
     bias_all = jnp.concatenate(biases, axis=1)[:, :T]
     return _expand_states(model, omega_all, bias_all)
 

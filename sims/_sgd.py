@@ -45,9 +45,10 @@ def sgd_step(model: Model, hp: StepSizes, teacher: Teacher, w: Weights,
 def advance(model: Model, hp: StepSizes, teacher: Teacher, w: Weights, key: PRNGKeyArray,
             start: Array, n_steps: Array) -> Weights:
     """Steps `start, …, start + n_steps − 1`; step `k` uses `fold_in(key, k)`, so results do not
-    depend on how the run is cut into segments."""
+    depend on how the run is cut into segments, and the step sizes at `t = k/D`
+    ([`dynamics.StepSizes.at`][]: a schedule is read at the time of each step)."""
 
     def body(k, w):
-        return sgd_step(model, hp, teacher, w, jr.fold_in(key, k))
+        return sgd_step(model, hp.at(k / w.D), teacher, w, jr.fold_in(key, k))
 
     return jax.lax.fori_loop(start, start + n_steps, body, w)

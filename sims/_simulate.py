@@ -15,7 +15,7 @@ from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teach
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
                       risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
-from dynamics.sharding import shard_leading
+from dynamics.sharding import gather, shard_batch
 
 from ._overlap_chain import simulate_overlaps
 from ._runs import save_steps, seed_keys, segment_plan
@@ -107,7 +107,8 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     w = jax.tree.map(lambda x: x.astype(dtype), w)
     if not model.train_values:
         w = eqx.tree_at(lambda w: w.V, w, jnp.broadcast_to(teachers.vstar[:, None, :], w.V.shape))
-    teachers, w, data_keys = shard_leading((teachers, w, ks[:, 2]))
+    n = len(seeds)
+    teachers, w, data_keys = shard_batch((teachers, w, ks[:, 2]), n)
 
     T = len(steps_at)
     starts, counts = segment_plan(steps_at, segments)
@@ -127,7 +128,8 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
                                  jnp.asarray(counts[i]))
             rows.append(r)
             biases.append(b)
-            bad = ~jnp.all(jnp.isfinite(r), axis=(1, 2, 3)) | ~jnp.all(jnp.isfinite(b), axis=(1, 2))
+            bad = gather(~jnp.all(jnp.isfinite(r), axis=(1, 2, 3))
+                         | ~jnp.all(jnp.isfinite(b), axis=(1, 2)), n)
             if bool(jnp.any(bad)):
                 idx = int(np.argmax(np.asarray(bad)))
                 raise DivergenceError(
@@ -139,8 +141,9 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     finally:
         if bar is not None:
             bar.close()
-    all_rows = jnp.concatenate(rows, axis=1)[:, :T]
-    all_biases = jnp.concatenate(biases, axis=1)[:, :T]
+    all_rows, all_biases, teachers, w = gather(
+        (jnp.concatenate(rows, axis=1)[:, :T], jnp.concatenate(biases, axis=1)[:, :T], teachers,
+         w), n)
     ov = jax.vmap(jax.vmap(lambda r, b: Overlaps.from_student_rows(r, b, model.F)))(
         all_rows, all_biases)
     return Simulation(t=jnp.asarray(steps_at / dim), steps=jnp.asarray(steps_at), overlaps=ov,

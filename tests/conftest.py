@@ -42,9 +42,13 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
 def _fast_compile(request):
     if request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE:
         yield
-        return
-    with xla_optimizations(False):
-        yield
+    else:
+        with xla_optimizations(False):
+            yield
+    # each worker process compiles thousands of programs over the suite; dropping a finished
+    # module's compiled programs keeps its memory from growing (a worker once crashed inside
+    # XLA's compiler late in a run, with no reproducer)
+    jax.clear_caches()
 
 
 def pytest_configure(config):

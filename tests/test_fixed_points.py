@@ -11,8 +11,9 @@ import pytest
 import dynamics as d
 from dynamics.activations import get_activation
 from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
-from dynamics.analysis import (Chunks, NewtonPolish, StationarityTest, find_fixed_point,
-                               stationarity)
+from dynamics.analysis import (STATIONARY_ATOL, STATIONARY_Z, Chunks, NewtonPolish,
+                               StationarityTest, continuation, find_fixed_point, stationarity,
+                               stiffness)
 from dynamics.fields import ManifoldField
 from dynamics.ode import Integrator, random_start
 from dynamics.priors import Discrete, FlippedSpike
@@ -121,3 +122,77 @@ def test_gradient_flow_bayes_softmax_reaches_bayes_risk():
     # one head per sign of the spike: m of opposite signs
     m = np.asarray(fp.overlaps.m)[:, 0]
     assert m.min() < -1.0 and m.max() > 1.0
+
+
+SLOW_PRIOR = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.5, 0.5])
+"""The two-point prior of `validation/configs/activations_small.toml`, on which softmax-1 heads
+creep along a slow manifold (stiffness ratio of the Jacobian in the thousands)."""
+
+
+@pytest.fixture(scope="module")
+def slow_manifold():
+    """Softmax-1, L = 3, H = 2, F = 2 on the two-point prior: gradient flow from the random
+    start of the configs, integrated with and without the pseudo-transient continuation, both
+    with the same chunks (t_max = 200) and the same Newton polish."""
+    model = make_model("softmax1", L=3, H=2, prior=SLOW_PRIOR)
+    field = _gradient_flow(model, QuasiMonteCarlo(samples=1024, seed=0))
+    ov0 = random_start(model, jax.random.key(0), 1000, key_std=0.1, value_std=0.1,
+                       bias=0.0).on_manifold()
+    integ = Integrator.adaptive(rtol=1e-5, atol=1e-7)
+    chunks = Chunks(t_max=200.0, t_first=25.0)
+    runs = {cont: find_fixed_point(field, ov0, chunks, integ,
+                                   polish=NewtonPolish(after=50.0, continuation=cont))
+            for cont in (True, False)}
+    return model, field, runs
+
+
+def test_slow_manifold_switch_reaches_a_stationary_state(slow_manifold):
+    """Plain integration (with the Newton polish, which is refused here) creeps: not
+    stationary by t = 200. Detecting the slow manifold (stiffness ratio ≥ 100) and switching to
+    the pseudo-transient continuation reaches a state that passes the one stationarity
+    criterion (recomputed here), is a valid Gram matrix, is no saddle, has a lower risk than
+    the plain run, and that a verification chunk of plain integration stays at."""
+    model, field, runs = slow_manifold
+    plain, fast = runs[False], runs[True]
+    assert not plain.stationary and plain.t == 200.0
+    assert plain.check.ratio > 5
+    assert all(a[1] == "newton" and a[-1] != "accepted" for a in plain.polish_attempts)
+    assert fast.stationary, fast.check.summary()
+    assert fast.t < 200.0 and fast.t > fast.polished_at[-1]
+    accepted = [a for a in fast.polish_attempts if a[-1] == "accepted"]
+    assert accepted and accepted[-1][1] == "continuation"
+    assert accepted[-1][5] >= 100.0                          # the slow manifold was detected
+    assert accepted[-1][4] <= 1e-4                            # no saddle
+    test = StationarityTest()
+    rhs, err = field.with_error(fast.overlaps)
+    f, e = np.abs(_leaves(rhs)), np.abs(_leaves(err))
+    assert np.all(f <= test.z * e + test.atol)
+    fast.overlaps.check_psd(model.rho, tol=1e-6)
+    r_fast = float(d.population_risk(model, fast.overlaps, field.nodes, manifold=True)[0])
+    r_plain = float(d.population_risk(model, plain.overlaps, field.nodes, manifold=True)[0])
+    assert r_fast < r_plain
+
+
+def test_continuation_result_is_stationary(slow_manifold):
+    """`continuation` on its own, from the plain run's creeping state: its result satisfies
+    `|RHS_i| ≤ z·err_i + atol` for every component and its check says so."""
+    model, field, runs = slow_manifold
+    c = continuation(field, runs[False].overlaps)
+    assert c.accepted and c.check.stationary
+    rhs, err = field.with_error(c.overlaps)
+    f, e = np.abs(_leaves(rhs)), np.abs(_leaves(err))
+    assert np.all(f <= STATIONARY_Z * e + STATIONARY_ATOL)
+    assert stiffness(field, runs[False].overlaps) >= 100.0
+
+
+def test_non_stationary_state_reports_its_drift(slow_manifold):
+    """A state that is not stationary carries its measured drift, `max_i |RHS_i| / err_i` over
+    the components with an error bar, recomputed here, above z."""
+    _, field, runs = slow_manifold
+    check = runs[False].check
+    rhs, err = field.with_error(runs[False].overlaps)
+    f, e = np.abs(_leaves(rhs)), np.abs(_leaves(err))
+    live = e > 0
+    assert check.drift == pytest.approx(np.max(f[live] / e[live]), rel=1e-6)
+    assert check.drift > check.test.z
+    assert check.summary()["drift"] == check.drift

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from dynamics import HeadflowError, check_stop
+from dynamics.distributed import is_main_process, process_zero_says
 
 from ._json import dumps
 
@@ -102,6 +103,7 @@ def environment_meta() -> dict[str, Any]:
         "platform": platform.platform(),
         "git_commit": git_commit(),
         "devices": [str(d) for d in jax.devices()],
+        "processes": jax.process_count(),
         "x64_enabled": bool(jax.config.read("jax_enable_x64")),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
@@ -190,6 +192,10 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     - `meta`: extra entries for `meta.json` (seeds, dtype, ...).
     - `replace`: replace an existing non-empty `out` (the `--force` flag).
 
+    Under [`dynamics.distributed`][] only process 0 checks and writes `out` (every process
+    raises when it refuses it); the others write into a private temporary folder that is always
+    removed.
+
     **Returns:** a [`RunDir`][]; write files to `run.path(name)`.
 
     **Raises:** [`HeadflowError`][] (one line) when `out` cannot be used or written.
@@ -197,15 +203,25 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     out = Path(out)
     if str(out) in ("", "."):
         raise HeadflowError("--out: an output folder is needed (not the working folder)")
-    check_writable(out)
-    if out.is_dir() and any(out.iterdir()) and not replace:
-        raise HeadflowError(f"--out {out}: exists and is not empty; pass --force to replace it")
+    main = is_main_process()
+    refused: HeadflowError | None = None
+    if main:                     # the folder of the process that writes it
+        try:
+            check_writable(out)
+            if out.is_dir() and any(out.iterdir()) and not replace:
+                raise HeadflowError(f"--out {out}: exists and is not empty; pass --force to "
+                                    "replace it")
+        except HeadflowError as err:
+            refused = err
+    if not process_zero_says(refused is None):
+        raise refused or HeadflowError(f"--out {out}: refused by process 0 (see its error)")
     try:
-        created = _make_parents(out)
+        created = _make_parents(out) if main else []
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
     try:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-",
+                                    dir=out.absolute().parent if main else None))
     except OSError as err:
         _remove_empty(created)
         raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
@@ -215,6 +231,8 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     try:
         yield run
         check_stop()           # a run that finished after a stop request is not reported
+        if not main:
+            return
         if config_toml is not None:
             run.path("config.toml").write_text(config_toml)
         info = {"command": command, **environment_meta(), **(meta or {}), **run.meta}
@@ -237,25 +255,28 @@ def atomic_file(out: Path) -> Iterator[Path]:
     """Write one result file atomically: the block writes to the yielded temporary path beside
     `out`, which is renamed to `out` only when the block succeeds. On any exception (or a forced
     exit after an interrupt) the temporary file and the parent folders created for it are
-    removed.
+    removed. Under [`dynamics.distributed`][] only process 0 writes `out`; the others write
+    into a private temporary file that is removed.
 
     **Raises:** [`HeadflowError`][] (one line) when `out` cannot be written."""
     out = Path(out)
+    main = is_main_process()
     try:
-        created = _make_parents(out)
+        created = _make_parents(out) if main else []
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot create ({err.strerror})") from None
     done = False
     tmp: Path | None = None
     try:
         fd, name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp",
-                                    dir=out.absolute().parent)
+                                    dir=out.absolute().parent if main else None)
         os.close(fd)
         tmp = Path(name)
         _ACTIVE[tmp] = created
         yield tmp
         check_stop()
-        os.replace(tmp, out)
+        if main:
+            os.replace(tmp, out)
         done = True
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write ({err.strerror})") from None

@@ -10,6 +10,7 @@ line on stderr and exit status 2, with no traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 import jax
 
 from dynamics import HeadflowError, Interrupted, clear_stop, request_stop
+from dynamics.distributed import DistributedSettings, initialize, is_main_process
 
 from ._cache import configure as configure_cache
 from ._json import dumps
@@ -32,6 +34,7 @@ _COMMAND_MODULES = (
     "validation.commands.demo",
     "validation.commands.sgd",
     "validation.commands.ode",
+    "validation.commands.sde",
     "validation.commands.compare",
     "validation.commands.bayes",
     "validation.commands.phases",
@@ -39,13 +42,15 @@ _COMMAND_MODULES = (
     "validation.commands.activations",
     "validation.commands.prune",
     "validation.commands.sweep",
+    "validation.commands.schedule",
+    "validation.commands.fit",
     "validation.gpt2.cli",
 )
 
 
-CONFIG_DOCS = ("configuration keys: every key of [model], [prior], [training], [ode], [sim] and "
-               "[output], with its default, is listed in the README (section Configuration); "
-               "the model behind them: docs/model.md")
+CONFIG_DOCS = ("configuration keys: every key of [model], [prior], [training], [ode], [sim], "
+               "[output] and [sde], with its default, is listed in the README (section "
+               "Configuration); the model behind them: docs/model.md")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,6 +73,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-cache", action="store_true",
                         help="do not use the cache of compiled programs and generated code "
                         "(~/.cache/headflow, or $HEADFLOW_CACHE_DIR)")
+    dist = parser.add_argument_group(
+        "across processes and hosts", "run under jax.distributed: the batched work (sweep "
+        "points, SGD seeds) is sharded over the devices of every process, and process 0 writes "
+        "the results. Unset values come from $HEADFLOW_COORDINATOR, $HEADFLOW_NUM_PROCESSES, "
+        "$HEADFLOW_PROCESS_ID, then from JAX's cluster detection (SLURM, Open MPI); "
+        "HEADFLOW_DISTRIBUTED=1 is the same as --distributed")
+    dist.add_argument("--distributed", action="store_true",
+                      help="start jax.distributed (implied by any of the options below)")
+    dist.add_argument("--coordinator", metavar="HOST:PORT", default=None,
+                      help="address of process 0's coordinator service")
+    dist.add_argument("--num-processes", metavar="N", dest="num_processes", default=None,
+                      help="number of processes")
+    dist.add_argument("--process-id", metavar="I", dest="process_id", default=None,
+                      help="this process's id, 0 ... N-1")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in _COMMAND_MODULES:
@@ -156,10 +175,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     jax.config.update("jax_enable_x64", True)
     parser = build_parser()
     args = parser.parse_args(argv)
+    try:
+        # before any JAX computation; every process then runs the same command
+        settings = DistributedSettings.resolve(
+            enabled=args.distributed, coordinator=args.coordinator,
+            num_processes=args.num_processes, process_id=args.process_id)
+        if settings is not None:
+            initialize(settings)
+    except HeadflowError as err:
+        print(f"headflow: error: {err}", file=sys.stderr)
+        return 2
+    main_process = is_main_process()
     configure_cache(enabled=not args.no_cache)
     clear_stop()
     try:
-        summary = _run_in_worker(args.func, args, GRACE_S)
+        with contextlib.ExitStack() as stack:
+            if not main_process:          # process 0 reports; the others only compute
+                stack.enter_context(contextlib.redirect_stdout(
+                    stack.enter_context(open(os.devnull, "w"))))
+            summary = _run_in_worker(args.func, args, GRACE_S)
     except _Stopped as stop:
         print("headflow: interrupted", file=sys.stderr, flush=True)
         return int(stop.args[0])
@@ -172,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     finally:
         clear_stop()
-    if summary is not None and getattr(args, "json", False):
+    if summary is not None and getattr(args, "json", False) and main_process:
         emit_json(summary)
     return 0
 

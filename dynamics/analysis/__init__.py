@@ -8,7 +8,8 @@
   `λ(t) = max Re eig B(t)` ([`linear_stability`][]);
 - the escape time it predicts at dimension D ([`predicted_escape_times`][]);
 - long-time states: fixed points reached by integration, checked for stationarity, with an
-  optional Newton polish ([`find_fixed_point`][]).
+  optional Newton polish and, on slow manifolds, a pseudo-transient continuation
+  ([`find_fixed_point`][]).
 
 Jacobians are forward-mode autodiff of the ODE right-hand side; the square root `r^{1/2}` has a
 JVP that stays valid at the repeated eigenvalues of the symmetric point.
@@ -21,8 +22,11 @@ from ._escape import predicted_escape_times as predicted_escape_times
 from ._fixed_points import GROWTH_TOL as GROWTH_TOL
 from ._fixed_points import STATIONARY_ATOL as STATIONARY_ATOL
 from ._fixed_points import STATIONARY_Z as STATIONARY_Z
+from ._fixed_points import STEP_TRUST as STEP_TRUST
+from ._fixed_points import STIFFNESS as STIFFNESS
 from ._fixed_points import TRUST_RADIUS as TRUST_RADIUS
 from ._fixed_points import Chunks as Chunks
+from ._fixed_points import continuation as continuation
 from ._fixed_points import FixedPoint as FixedPoint
 from ._fixed_points import NewtonPolish as NewtonPolish
 from ._fixed_points import Polish as Polish
@@ -31,6 +35,7 @@ from ._fixed_points import StationarityTest as StationarityTest
 from ._fixed_points import find_fixed_point as find_fixed_point
 from ._fixed_points import newton_polish as newton_polish
 from ._fixed_points import stationarity as stationarity
+from ._fixed_points import stiffness as stiffness
 from ._modes import HeadModes as HeadModes
 from ._modes import bias_is_inert as bias_is_inert
 from ._modes import helmert as helmert

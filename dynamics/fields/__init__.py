@@ -8,6 +8,8 @@ from ._manifold import ManifoldField as ManifoldField
 from ._moments import fourth_moment as fourth_moment
 from ._moments import third_moment as third_moment
 from ._sampled import SampledFullField as SampledFullField
+from ._sampled import sample_increment as sample_increment
+from ._sampled import split_full_node as split_full_node
 from ._nodes import MAX_GROUP as MAX_GROUP
 from ._nodes import full_dims as full_dims
 from ._nodes import full_nodes as full_nodes

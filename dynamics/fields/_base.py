@@ -40,10 +40,19 @@ class AbstractField(eqx.Module):
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
         """The derivative at one node `x` (its weighted mean over the nodes is the field)."""
 
+    def at(self, t) -> AbstractField:
+        """The field with its step sizes at time `t` ([`dynamics.StepSizes.at`][]: a
+        learning-rate schedule evaluated there); `self` when nothing is scheduled."""
+        if not self.steps.scheduled:
+            return self
+        return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))
+
     def __call__(self, t, ov: Overlaps, args=None) -> Overlaps:
         # Weighted sum over the nodes in chunks: keeps the per-node intermediates in cache
         # (2-3x faster on CPU than one vmap over all nodes) without changing the result.
-        del t, args
+        del args
+        if self.steps.scheduled:
+            return self.at(t)(t, ov)
         x, w = self.nodes.x, self.nodes.w
         n = x.shape[0]
         c = min(self.chunk, n)
@@ -61,14 +70,16 @@ class AbstractField(eqx.Module):
         acc, _ = jax.lax.scan(body, zero, (x.reshape(-1, c, x.shape[1]), w.reshape(-1, c)))
         return acc
 
-    def per_node(self, ov: Overlaps) -> Overlaps:
-        """The derivative at every node (leaves with a leading node axis)."""
-        return jax.vmap(lambda x: self.node_derivative(ov, x))(self.nodes.x)
+    def per_node(self, ov: Overlaps, t=0.0) -> Overlaps:
+        """The derivative at every node (leaves with a leading node axis), at time `t`."""
+        field = self.at(t)
+        return jax.vmap(lambda x: field.node_derivative(ov, x))(self.nodes.x)
 
-    def with_error(self, ov: Overlaps) -> tuple[Overlaps, Overlaps]:
-        """`(RHS, its error estimate)` leafwise, by the nodes' error rule."""
+    def with_error(self, ov: Overlaps, t=0.0) -> tuple[Overlaps, Overlaps]:
+        """`(RHS, its error estimate)` leafwise, by the nodes' error rule, at time `t`."""
+        field = self.at(t)
         return self.nodes.estimate(
-            lambda xs: jax.vmap(lambda x: self.node_derivative(ov, x))(xs))
+            lambda xs: jax.vmap(lambda x: field.node_derivative(ov, x))(xs))
 
 
 def outer_sum(a: Float[Array, "i L"], b: Float[Array, "j L"]) -> Float[Array, "i j"]:

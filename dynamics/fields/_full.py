@@ -37,7 +37,10 @@ def assemble(model: Model, steps: StepSizes, sgd_noise: bool, ov: Overlaps,
     if not model.train_values:
         frozen = jnp.arange(2 * H) >= H
         d_st = jnp.where(frozen[:, None], 0.0, d_st)
-        d_ss = jnp.where(frozen[:, None] | frozen[None, :], 0.0, d_ss)
+        d_ss = jnp.where(frozen[:, None] & frozen[None, :], 0.0, d_ss)
+        # a frozen value is v*, so its overlap with key h is kvs_h = k_h·v*/D and moves with it
+        d_kv = jnp.broadcast_to(d_st[:H, -1][:, None], (H, H))
+        d_ss = d_ss.at[:H, H:].set(d_kv).at[H:, :H].set(d_kv.T)
     rows = jnp.concatenate([d_ss, d_st], axis=1)                 # (2H, 2H + F + 1)
     return Overlaps.from_student_rows(rows, -steps.lr_bias * E["gb"], model.F)
 

@@ -99,6 +99,17 @@ class Integrator(eqx.Module):
     def replace(self, **changes: Any) -> Integrator:
         return dataclasses.replace(self, **changes)
 
+    def with_jumps(self, times) -> Integrator:
+        """The integrator with the adaptive controller told to step exactly onto `times`
+        (the knots of a learning-rate schedule, where the vector field has a kink: diffrax's
+        `ClipStepSizeController` around the PID controller); unchanged when `times` is empty
+        or the controller is not a PID controller."""
+        times = sorted({float(t) for t in times})
+        if not times or not isinstance(self.controller, dfx.PIDController):
+            return self
+        return self.replace(controller=dfx.ClipStepSizeController(
+            self.controller, jump_ts=jnp.asarray(times, jnp.float64)))
+
 
 @eqx.filter_jit
 def solve(terms, y0, ts: Float[Array, " T"], integrator: Integrator, *, args=None,
@@ -188,6 +199,7 @@ def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *
     if check:
         check_initial_state(field, ov0, field.model.rho)
     check_stop()
+    integrator = integrator.with_jumps(field.steps.knot_times)   # none without a schedule
     meter = dfx.TqdmProgressMeter(refresh_steps=20) if progress else dfx.NoProgressMeter()
     args = (field, ov0, jnp.asarray(ts), integrator, meter)
     t0 = time.perf_counter()

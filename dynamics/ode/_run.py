@@ -19,7 +19,7 @@ from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes,
 from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
 from ..symbolic import SymbolicField, symbolic_names
 from ._integrate import Integrator, integrate
-from ._state import random_start, symmetric_start
+from ._state import initial_overlaps
 
 
 class ODEResult(eqx.Module):
@@ -144,6 +144,17 @@ def traced_values(tree):
     return jax.tree.map(lambda x: np.float64(x) if isinstance(x, float) else x, tree)
 
 
+def field_class(cfg: Config, model: Model | None = None
+                ) -> type[ManifoldField | FullField | SymbolicField]:
+    """The vector-field class selected by `[ode] form` and `[ode] rhs` (`"auto"` resolved by
+    [`resolved_rhs`][])."""
+    key = (cfg.ode.form, resolved_rhs(cfg, model))
+    if key not in _FIELDS:
+        raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
+                          "use ode.form = 'manifold'")
+    return _FIELDS[key]
+
+
 def build_field(cfg: Config, model: Model | None = None,
                 backend: AbstractExpectation | None = None, *,
                 max_group: int = MAX_GROUP) -> AbstractField:
@@ -151,11 +162,7 @@ def build_field(cfg: Config, model: Model | None = None,
     `[training]` and the `η²` terms as `[ode] sgd_noise` says."""
     model = cfg.build_model() if model is None else model
     backend = backend_of(cfg) if backend is None else backend
-    key = (cfg.ode.form, resolved_rhs(cfg, model))
-    if key not in _FIELDS:
-        raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
-                          "use ode.form = 'manifold'")
-    return _FIELDS[key].build(traced_values(model),
+    return field_class(cfg, model).build(traced_values(model),
                               traced_values(StepSizes.from_config(cfg.training)), backend,
                               sgd_noise=cfg.ode.sgd_noise, max_group=max_group)
 
@@ -164,17 +171,9 @@ def initial_state(cfg: Config, model: Model | None = None) -> Overlaps:
     """The start described by `[ode] init` (see the config docs)."""
     model = cfg.build_model() if model is None else model
     tr = cfg.training
-    if cfg.ode.init == "symmetric":
-        ov = symmetric_start(model, key_std=tr.init_key_std, value_std=tr.init_value_std,
-                             bias=tr.init_bias)
-        if not model.train_values:
-            ov = eqx.tree_at(lambda o: (o.n, o.s), ov,
-                             (jnp.full(model.H, model.rho), jnp.full((model.H,) * 2, model.rho)))
-        return ov
-    ov = eqx.filter_jit(random_start)(model, jr.key(cfg.sim.seed), cfg.sim.dim,
-                                      key_std=tr.init_key_std, value_std=tr.init_value_std,
-                                      bias=tr.init_bias)
-    return ov.on_manifold() if cfg.ode.form == "manifold" else ov
+    return eqx.filter_jit(initial_overlaps)(
+        model, jr.key(cfg.sim.seed), cfg.sim.dim, init=cfg.ode.init, key_std=tr.init_key_std,
+        value_std=tr.init_value_std, bias=tr.init_bias, manifold=cfg.ode.form == "manifold")
 
 
 def trajectory_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes, *,

@@ -115,7 +115,7 @@ class AbstractPrior(eqx.Module):
         """`Var θ_f` per feature."""
 
     @abc.abstractmethod
-    def scaled(self, factor: float) -> AbstractPrior:
+    def scaled(self, factor: float | Float[Array, ""]) -> AbstractPrior:
         """The same prior with its signal multiplied by `factor` (θ → factor·θ)."""
 
     @classmethod

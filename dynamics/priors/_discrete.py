@@ -60,7 +60,10 @@ class AbstractDiscretePrior(AbstractPrior):
     def variance(self):
         return self.weights @ (self.points - self.mean()[None, :]) ** 2
 
-    def scaled(self, factor: float) -> AbstractDiscretePrior:
+    def scaled(self, factor: float | Float[Array, ""]) -> AbstractDiscretePrior:
+        if isinstance(self, Discrete) and not isinstance(factor, (int, float)):
+            # a traced factor (differentiable theory): no constructor checks
+            return eqx.tree_at(lambda p: p._points, self, self._points * factor)
         return Discrete(points=self.points * factor, weights=self.weights)
 
 
@@ -125,7 +128,10 @@ class FlippedSpike(AbstractDiscretePrior):
     def weights(self):
         return jnp.array([self.p, 1.0 - self.p])
 
-    def scaled(self, factor: float) -> FlippedSpike:
+    def scaled(self, factor: float | Float[Array, ""]) -> FlippedSpike:
+        if not isinstance(factor, (int, float)):
+            # a traced factor (differentiable theory): no constructor checks
+            return eqx.tree_at(lambda p: p.amplitude, self, self.amplitude * factor)
         return FlippedSpike(self.amplitude * factor, self.p, self.direction)
 
     @classmethod
@@ -167,7 +173,10 @@ class OneHot(AbstractDiscretePrior):
     def weights(self):
         return self._weights
 
-    def scaled(self, factor: float) -> OneHot:
+    def scaled(self, factor: float | Float[Array, ""]) -> OneHot:
+        if not isinstance(factor, (int, float)):
+            # a traced factor (differentiable theory): no constructor checks
+            return eqx.tree_at(lambda p: p.amplitude, self, self.amplitude * factor)
         return OneHot(self.amplitude * factor, self._F, self._weights)
 
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -74,7 +75,11 @@ class Gaussian(AbstractPrior):
     def variance(self):
         return self.var
 
-    def scaled(self, factor: float) -> Gaussian:
+    def scaled(self, factor: float | Float[Array, ""]) -> Gaussian:
+        if not isinstance(factor, (int, float)):
+            # a traced factor (differentiable theory): no constructor checks
+            return eqx.tree_at(lambda g: (g.mu, g.var), self,
+                               (self.mu * factor, self.var * factor**2))
         return Gaussian(self.mu * factor, self.var * factor**2)
 
     @classmethod

@@ -1,5 +1,6 @@
 """Vectorized grids of ODE runs (`headflow sweep`): one `jax.vmap` over the grid points that
-share the model's structure, sharded over the available devices.
+share the model's structure, sharded over the available devices (of every process, under
+[`dynamics.distributed`][]).
 
 Everything a grid point may change that is a pytree *leaf* of the model or of the step sizes
 (learning rates, weight decay, prior amplitude, mean or variances, label noise, `ρ*`, initial
@@ -23,9 +24,9 @@ import numpy as np
 from dynamics import (ORDER_PARAMETERS, Config, ConfigError, StepSizes, check_stop,
                       population_risk, risk_nodes)
 from dynamics.config import parse_value
-from dynamics.fields import ManifoldField, key_nodes
-from dynamics.ode import BlowUp, Integrator, backend_of, initial_state, solve
-from dynamics.sharding import shard_leading
+from dynamics.fields import key_nodes
+from dynamics.ode import BlowUp, Integrator, backend_of, field_class, initial_state, solve
+from dynamics.sharding import gather, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
 
@@ -107,13 +108,13 @@ def _structure_key(cfg: Config, model, steps):
     shapes = tuple((tuple(np.shape(x)), type(x).__name__) for x in leaves)
     o = cfg.ode
     return (treedef, shapes, tuple(cfg.save_times().tolist()), o.expectation, o.samples,
-            o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form, o.sgd_noise)
+            o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form, o.rhs, o.sgd_noise)
 
 
 @eqx.filter_jit
-def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise):
+def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise, field_cls):
     def one(model, step_sizes, ov0):
-        field = ManifoldField(model=model, steps=step_sizes, nodes=nodes, sgd_noise=sgd_noise)
+        field = field_cls(model=model, steps=step_sizes, nodes=nodes, sgd_noise=sgd_noise)
         sol = solve(dfx.ODETerm(field), ov0, ts, integrator)
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
@@ -143,9 +144,8 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
 
     **Returns:** a [`SweepResult`][].
     """
-    if cfg.ode.form != "manifold" or cfg.ode.rhs != "autodiff":
-        raise ConfigError("sweep integrates the manifold ODE (ode.form = 'manifold', "
-                          "ode.rhs = 'autodiff')")
+    if cfg.ode.form != "manifold":
+        raise ConfigError("sweep integrates the manifold ODE (ode.form = 'manifold')")
     keys = [k for k, _ in axes]
     points = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
     cfgs = [cfg.replace(**p) for p in points]
@@ -175,8 +175,9 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     for members in groups.values():
         check_stop()
         c0 = cfgs[members[0]]
-        models, steps, ov0s = (shard_leading(_stack_points([built[i][j] for i in members]))
-                               for j in range(3))
+        models, steps, ov0s = shard_batch(
+            tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
+            len(members))
         backend = backend_of(c0)
         # the engine's field nodes (closed under head permutations) and risk nodes
         model0 = c0.build_model()
@@ -184,8 +185,9 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
                                             **({"max_steps": max_steps} if max_steps else {}))
         ys, code, r = _solve_group(models, steps, ov0s, key_nodes(model0, backend),
                                    jnp.asarray(ts), integrator, risk_nodes(model0, backend),
-                                   c0.ode.sgd_noise)
+                                   c0.ode.sgd_noise, field_class(c0, model0))
         check_stop()              # a stop request ends the solves early: do not report them
+        ys, code, r = gather((ys, code, r), len(members))
         code = np.asarray(code)
         status[members] = code
         risk[members] = np.asarray(r)

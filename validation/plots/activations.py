@@ -24,9 +24,11 @@ def label(act: str) -> str:
 
 def plot_final_risk(path: Path, amplitudes, final: dict, final_err: dict, bayes, bayes_err, *,
                     mode: str, sgd: Sequence[dict] = (), null_risk: float | None = None,
-                    stationary: dict | None = None, title: str = "") -> None:
+                    stationary: dict | None = None, drift: dict | None = None,
+                    title: str = "") -> None:
     """Final (long-time) risk versus signal amplitude per activation, with `R_Bayes` and SGD
-    points; non-stationary states (t_max reached) drawn with open markers."""
+    points; non-stationary states (t_max reached) drawn with open markers, labelled with
+    their measured drift `max|RHS_i|/err_i` when `drift` is given."""
     fig, ax = plt.subplots(figsize=(6.8, 4.6))
     a = np.asarray(amplitudes, float)
     for i, (act, r) in enumerate(final.items()):
@@ -38,6 +40,10 @@ def plot_final_risk(path: Path, amplitudes, final: dict, final_err: dict, bayes,
             bad = ~np.asarray(stationary[act], bool)
             if bad.any():
                 ax.plot(a[bad], r[bad], "o", ms=9, mfc="none", mec="k", lw=0.8)
+                marks = [] if drift is None else [(k, drift[act][k]) for k in np.flatnonzero(bad)]
+                for k, dr in marks:
+                    ax.annotate(f"drift {dr:.2g}σ", (a[k], r[k]), fontsize=7, xytext=(6, 4),
+                                textcoords="offset points")
     ax.errorbar(a, bayes, yerr=bayes_err, color="k", ls="--", lw=1.2, label=r"$R_{\rm Bayes}$")
     for j, p in enumerate(sgd):
         act = p["activation"]

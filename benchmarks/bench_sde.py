@@ -1,0 +1,167 @@
+"""Benchmark: the SDE ensemble of the overlaps (`dynamics.sde`) against online SGD simulated
+exactly in overlap space (`sims`, `[sim] space = "overlaps"`), and the cost of its two noise
+factors.
+
+    python benchmarks/bench_sde.py [CONFIG] [--dim 1000] [--paths 64] [--seeds 32]
+        [--set section.key=value ...]
+    python benchmarks/bench_sde.py --factors [CONFIG]
+    python benchmarks/bench_sde.py --solvers [CONFIG] [--dim 4000]
+
+Ensemble mode (default): `--paths` SDE paths and `--seeds` SGD seeds at `--dim` on the same
+config (default `validation/configs/demo.toml`), the risk recorded on the same nodes. Printed:
+the largest |z| of the difference of the mean risks over the saved times (combined standard
+errors), the ratio of the standard deviations of the risk across paths and across seeds
+(averaged over the saved times after t = 0, and at each fifth of the run), the escape-time
+quantiles of both with a two-sample KS p-value (`dynamics.measures.escape_time`), and the wall
+times of both.
+
+`--solvers`: the drift alone (noise switched off) from three random starts at `--dim`,
+integrated by `tsit5` (`FullField`, 16384 and `[sde] samples_drift` nodes, `rtol = 10⁻⁶`) and
+by the SDE solvers at several steps; printed: the escape time of each start. Euler's
+first-order drift error delays the escape.
+
+`--factors`: wall time of one evaluation of the drift (`FullField` at `[sde] samples_drift`
+nodes) and of the diffusion factored from the centred increments (`"nodes"`) and by `eigh`
+(`"eigh"`), at the initial state of one path; their `B Bᵀ` agree to round-off
+(`tests/test_sde.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import numpy as np
+import scipy.stats as st
+
+jax.config.update("jax_enable_x64", True)
+
+import dynamics as d  # noqa: E402
+import sims  # noqa: E402
+from dynamics.measures import escape_time  # noqa: E402
+from dynamics.sde import build_sde, initial_states, path_keys, run_sde  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _escapes(t, m, q) -> np.ndarray:
+    out = [escape_time(t, m[i], q[i]) for i in range(m.shape[0])]
+    return np.array([np.nan if e is None else e for e in out])
+
+
+def _quantiles(e: np.ndarray) -> str:
+    e = np.where(np.isfinite(e), e, np.inf)
+    qs = np.quantile(e, [0.1, 0.5, 0.9], method="inverted_cdf")
+    return " / ".join(f"{x:.3g}" for x in qs)
+
+
+def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
+    t0 = time.perf_counter()
+    sde = run_sde(cfg, dim=dim, paths=paths, progress=True)
+    t_sde = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sgd = sims.run_sgd(cfg.replace(**{"sim.space": "overlaps"}), dim=dim, seeds=seeds,
+                       progress=True)
+    t_sgd = time.perf_counter() - t0
+    t = np.asarray(sde.t)
+    a, b = np.asarray(sde.risk), np.asarray(sgd.risk)
+    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
+    z = (a.mean(0) - b.mean(0)) / se
+    ratio = a.std(0, ddof=1)[1:] / b.std(0, ddof=1)[1:]
+    print(f"D = {dim}: {paths} SDE paths ({sde.info['steps']} steps of dt <= {cfg.sde.dt}, "
+          f"drift {sde.info['samples_drift']} nodes, noise {sde.info['samples_noise']} nodes, "
+          f"{int((~sde.paths_valid).sum())} paths left the domain) against {seeds} SGD seeds "
+          "(exact overlap chain)")
+    print(f"  mean risk: max |z| over {len(t)} times = {np.abs(z).max():.2f} "
+          f"(at t = {t[np.argmax(np.abs(z))]:.3g})")
+    print(f"  std of the risk, SDE/SGD: mean over t > 0 = {ratio.mean():.3f}; at t = " + ", ".join(
+        f"{t[k]:.3g}: {a[:, k].std(ddof=1):.4f}/{b[:, k].std(ddof=1):.4f}"
+        for k in np.linspace(len(t) // 5, len(t) - 1, 5).astype(int)))
+    es, eg = sde.escape_times(), _escapes(t, np.asarray(sgd.overlaps.m),
+                                          np.asarray(sgd.overlaps.q))
+    fin_s, fin_g = es[np.isfinite(es)], eg[np.isfinite(eg)]
+    p = st.ks_2samp(fin_s, fin_g).pvalue if len(fin_s) > 1 and len(fin_g) > 1 else np.nan
+    print(f"  escape times (10/50/90%): SDE {_quantiles(es)} ({len(fin_s)}/{len(es)} escaped), "
+          f"SGD {_quantiles(eg)} ({len(fin_g)}/{len(eg)}); KS p = {p:.3g}")
+    print(f"  wall: SDE {t_sde:.1f} s ({sde.info['first_group_s']:.1f} s first group, "
+          f"compilation included), SGD {t_sgd:.1f} s")
+
+
+def factors(cfg: d.Config, dim: int) -> None:
+    model = cfg.build_model()
+    y0 = initial_states(cfg, model, path_keys(0, 1)[0], dim)[0]
+    for noise in ("nodes", "eigh"):
+        sde = build_sde(cfg.replace(**{"sde.noise": noise}), dim, model)
+        for name, fn in (("drift", lambda s, y: s.drift_vf(0.0, y)),
+                         (f"diffusion ({noise})", lambda s, y: s.diffusion_vf(0.0, y))):
+            if name == "drift" and noise == "eigh":
+                continue
+            f = eqx.filter_jit(fn)
+            jax.block_until_ready(f(sde, y0))
+            t0 = time.perf_counter()
+            for _ in range(10):
+                out = jax.block_until_ready(f(sde, y0))
+            print(f"  {name}: {1e3 * (time.perf_counter() - t0) / 10:.1f} ms per evaluation, "
+                  f"output {tuple(out.shape)}")
+
+
+def solvers(cfg: d.Config, dim: int) -> None:
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    from dynamics.ode import Integrator, build_field, integrate
+    from dynamics.sde import get_sde_solver, solve_paths, step_grid, unflatten
+
+    model = cfg.build_model()
+    times = cfg.save_times()
+    init_keys, bm_keys = path_keys(0, 3)
+    y0 = initial_states(cfg, model, init_keys, dim)
+    starts = [unflatten(y0[i], model.H, model.F) for i in range(3)]
+    full = cfg.replace(**{"ode.form": "full", "ode.rhs": "autodiff"})
+    for n in (16384, cfg.sde.samples_drift or 16384):
+        c = full.replace(**{"ode.samples": n})
+        field = build_field(c, model)
+        es = []
+        for ov in starts:
+            sol = integrate(field, ov, times, Integrator.from_config(c.ode))
+            es.append(escape_time(times, np.asarray(sol.overlaps.m), np.asarray(sol.overlaps.q)))
+        print(f"  tsit5, {n} nodes: escape times " + ", ".join(f"{e:.2f}" for e in es),
+              flush=True)
+    sde = build_sde(cfg, dim, model)
+    sde = eqx.tree_at(lambda s: s.inv_sqrt_dim, sde, jnp.asarray(0.0))   # the drift alone
+    for name, dt in (("euler", 0.25), ("euler", 0.05), ("drift_heun", 0.5),
+                     ("drift_heun", 0.25)):
+        grid = step_grid(times, dt)
+        ys = solve_paths(sde, get_sde_solver(name), y0, bm_keys, jnp.asarray(times),
+                         jnp.asarray(grid), float(np.min(np.diff(grid))) / 8)
+        m = np.asarray(ys)
+        ov = jax.vmap(jax.vmap(lambda v: unflatten(v, model.H, model.F)))(jnp.asarray(m))
+        es = _escapes(times, np.asarray(ov.m), np.asarray(ov.q))
+        print(f"  {name}, dt = {dt}, {sde.drift.nodes.size} nodes: escape times "
+              + ", ".join(f"{e:.2f}" for e in es), flush=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("config", nargs="?", default=str(ROOT / "validation/configs/demo.toml"))
+    p.add_argument("--dim", type=int, default=1000)
+    p.add_argument("--paths", type=int, default=64)
+    p.add_argument("--seeds", type=int, default=32)
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--factors", action="store_true")
+    p.add_argument("--solvers", action="store_true")
+    args = p.parse_args()
+    cfg = d.load_config(args.config, args.set)
+    if args.factors:
+        factors(cfg, args.dim)
+    elif args.solvers:
+        solvers(cfg, args.dim)
+    else:
+        ensemble(cfg, args.dim, args.paths, args.seeds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Learning curves as differentiable functions of the hyperparameters
+(`docs/differentiable.md`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray, Scalar
+
+from .._errors import ConfigError, require_x64
+from .._model import Model
+from .._overlaps import Overlaps
+from .._risk import population_risk, risk_nodes
+from .._schedule import Schedule
+from .._steps import StepSizes
+from ..config import Config
+from ..expectations import AbstractNodes
+from ..fields import AbstractField
+from ._integrate import Integrator, solve
+from ._run import backend_of, build_field
+from ._state import initial_overlaps
+
+PARAMS = ("training.lr", "training.lr_bias", "training.weight_decay", "training.init_key_std",
+          "training.init_value_std", "training.init_bias", "prior.amplitude", "model.noise",
+          "training.lr_schedule", "training.lr_bias_schedule")
+"""The keys of `params` that [`learning_curve`][] differentiates through: config keys
+(`section.key`); the two schedules stand for their knot `values` (arrays of K)."""
+
+ADJOINTS = ("recursive", "backsolve")
+"""`"recursive"`: diffrax's `RecursiveCheckpointAdjoint` (discretize, then differentiate: the
+exact gradient of the computed solution); `"backsolve"`: `BacksolveAdjoint` (the continuous
+adjoint ODE solved backwards: memory independent of the number of steps, gradient accurate to
+the solver tolerance)."""
+
+
+def adjoint_of(name: str, checkpoints: int | None = None) -> dfx.AbstractAdjoint:
+    """The diffrax adjoint named `name` (one of [`ADJOINTS`][])."""
+    if name == "recursive":
+        return dfx.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
+    if name == "backsolve":
+        return dfx.BacksolveAdjoint()
+    raise ConfigError(f"adjoint = {name!r}: choose one of {', '.join(map(repr, ADJOINTS))}")
+
+
+class LearningCurve(eqx.Module):
+    """The population risk on the save grid as a pure function of hyperparameters:
+    `curve(params)` integrates the configured ODE with the step sizes, initial scales, prior
+    amplitude and label noise that `params` gives (the config's values for the keys it leaves
+    out) and returns the risk at `ts`. Differentiable in `params` (`jax.grad`, `jax.jacrev`) and
+    jit-able (`eqx.filter_jit`); build it once per config with [`from_config`][].
+
+    Everything but `params` is fixed at construction: the vector field's nodes and the risk's
+    nodes (common random numbers, so the curve is a smooth function of `params`), the random
+    start's draw at `[sim] dim` (its scales follow `params`), the integrator and the adjoint.
+
+    **Fields:** `field` (the vector field at the config's values), `nodes` (of the risk), `ts`,
+    `integrator`, `adjoint`, `key` and `start_model` (of the random start: the config's model
+    with Python floats, static under `jit`), `base` (the config's values of
+    [`PARAMS`][], float64), `amplitude` (the config's prior amplitude), `dim`, `init`,
+    `manifold`.
+    """
+
+    field: AbstractField
+    nodes: AbstractNodes
+    ts: Float[Array, " T"]
+    integrator: Integrator
+    adjoint: dfx.AbstractAdjoint
+    key: PRNGKeyArray
+    start_model: Model
+    base: dict[str, Any]
+    amplitude: float = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    init: str = eqx.field(static=True)
+    manifold: bool = eqx.field(static=True)
+
+    @classmethod
+    def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
+                    checkpoints: int | None = 4096, times=None) -> LearningCurve:
+        """**Arguments:** `cfg` (its `[model]`, `[prior]`, `[training]`, `[ode]` and the
+        `[output]` grid, or `times`), `adjoint` (one of [`ADJOINTS`][]), `checkpoints` (of the
+        recursive adjoint: with at least as many as the solver takes steps, nothing is
+        recomputed; None: diffrax's `log(max_steps)`). The blow-up event of the integrator is
+        kept for the recursive adjoint and dropped for backsolve (which cannot take events)."""
+        require_x64("the differentiable learning curve")
+        model = cfg.build_model()
+        backend = backend_of(cfg)
+        field = build_field(cfg, model, backend)
+        integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+        if adjoint == "backsolve":
+            integrator = integrator.replace(blowup=None)
+        if checkpoints is not None:
+            checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
+        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+        tr = cfg.training
+        base: dict[str, Any] = {
+            "training.lr": tr.lr, "training.lr_bias": tr.lr_bias,
+            "training.weight_decay": tr.weight_decay, "training.init_key_std": tr.init_key_std,
+            "training.init_value_std": tr.init_value_std, "training.init_bias": tr.init_bias,
+            "prior.amplitude": float(cfg.prior.amplitude), "model.noise": cfg.model.noise}
+        for name in ("lr_schedule", "lr_bias_schedule"):
+            sched = getattr(field.steps, name)
+            if sched is not None:      # the knot values replace the constant step size
+                base[f"training.{name}"] = np.asarray(sched.values, dtype=np.float64)
+                del base[f"training.{name.removesuffix('_schedule')}"]
+        base = {k: np.asarray(v, dtype=np.float64) for k, v in base.items()}
+        return cls(field=field, nodes=risk_nodes(model, backend), ts=jnp.asarray(ts),
+                   integrator=integrator, adjoint=adjoint_of(adjoint, checkpoints),
+                   key=jr.key(cfg.sim.seed), start_model=model, base=base,
+                   amplitude=float(cfg.prior.amplitude), dim=int(cfg.sim.dim),
+                   init=cfg.ode.init, manifold=cfg.ode.form == "manifold")
+
+    def defaults(self) -> dict[str, Array]:
+        """The config's values of every parameter it has: the schedules' knot values where
+        set, and then not `training.lr` / `training.lr_bias`, which they replace."""
+        return {k: jnp.asarray(v) for k, v in self.base.items()}
+
+    def field_and_start(self, params: Mapping[str, ArrayLike]
+                        ) -> tuple[AbstractField, Overlaps]:
+        """The vector field and the initial overlaps with `params` substituted."""
+        unknown = sorted(set(params) - set(PARAMS))
+        if unknown:
+            raise ConfigError(f"learning_curve: unknown parameter(s) {', '.join(unknown)}; "
+                              f"differentiable ones: {', '.join(PARAMS)}")
+        for name in ("lr_schedule", "lr_bias_schedule"):
+            scheduled = getattr(self.field.steps, name) is not None
+            if f"training.{name}" in params and not scheduled:
+                raise ConfigError(f"learning_curve: training.{name} given but the config "
+                                  f"sets no [training] {name} (its knot times)")
+            plain = f"training.{name.removesuffix('_schedule')}"
+            if plain in params and scheduled:
+                raise ConfigError(f"learning_curve: {plain} has no effect: the config sets "
+                                  f"training.{name}, which replaces it")
+        p = {k: jnp.asarray(params[k] if k in params else v, jnp.float64)
+             for k, v in self.base.items()}
+        field, model = self.field, self.field.model
+        steps = field.steps
+        schedules: dict[str, Schedule | None] = {}
+        for name in ("lr_schedule", "lr_bias_schedule"):
+            sched = getattr(steps, name)
+            schedules[name] = None if sched is None else sched.with_values(
+                p[f"training.{name}"])
+        steps = StepSizes(lr=p.get("training.lr", steps.lr),
+                          lr_bias=p.get("training.lr_bias", steps.lr_bias),
+                          weight_decay=p["training.weight_decay"], batch=steps.batch,
+                          **schedules)
+        if "prior.amplitude" in params:
+            a0 = self.amplitude
+            if a0 == 0:
+                raise ConfigError("learning_curve: prior.amplitude is differentiated about the "
+                                  "config's value, which must be non-zero")
+            # a traced factor: the priors' `scaled` bypass their constructors' checks for it
+            model = eqx.tree_at(lambda m: m.prior, model,
+                                model.prior.scaled(p["prior.amplitude"] / a0))
+        model = eqx.tree_at(lambda m: m.noise, model, p["model.noise"])
+        field = eqx.tree_at(lambda f: (f.model, f.steps), field, (model, steps))
+        ov0 = initial_overlaps(self.start_model, self.key, self.dim, init=self.init,
+                               key_std=p["training.init_key_std"],
+                               value_std=p["training.init_value_std"],
+                               bias=p["training.init_bias"], manifold=self.manifold)
+        return field, jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
+
+    def overlaps(self, params: Mapping[str, ArrayLike]) -> tuple[Overlaps, Array]:
+        """The solution on `ts` (leaves `(T, ...)`) and whether the solve succeeded."""
+        _, ys, ok = self._solve(params)
+        return ys, ok
+
+    def _solve(self, params: Mapping[str, ArrayLike]):
+        field, ov0 = self.field_and_start(params)
+        sol = solve(dfx.ODETerm(field), ov0, self.ts, self.integrator, adjoint=self.adjoint)
+        assert sol.ys is not None
+        return field, sol.ys, sol.result == dfx.RESULTS.successful
+
+    def __call__(self, params: Mapping[str, ArrayLike]) -> Float[Array, " T"]:
+        """The population risk at `ts`; NaN everywhere when the solve failed (blow-up, NaN,
+        `max_steps`)."""
+        field, ys, ok = self._solve(params)
+        risk = jax.lax.map(lambda o: population_risk(field.model, o, self.nodes,
+                                                     manifold=self.manifold)[0],
+                           ys, batch_size=8)
+        return jnp.where(ok, risk, jnp.nan)
+
+
+def learning_curve(params: Mapping[str, ArrayLike], cfg: Config, *,
+                   adjoint: str = "recursive") -> Float[Array, " T"]:
+    """The population risk on `cfg`'s save grid as a pure, differentiable function of
+    `params`: a dict with any of [`PARAMS`][] (config keys; the schedules' knot values as
+    arrays); the config gives the others.
+
+    ```python
+    cfg = d.load_config("validation/configs/demo.toml")
+    risk_T = lambda p: learning_curve(p, cfg)[-1]
+    jax.grad(risk_T)({"training.lr": 1.0, "prior.amplitude": 3.0})
+    ```
+
+    For repeated calls build [`LearningCurve.from_config`][] once and `eqx.filter_jit` it.
+    """
+    return LearningCurve.from_config(cfg, adjoint=adjoint)(params)
+
+
+def final_risk(risk: Float[Array, " T"]) -> Scalar:
+    """The risk at the last save time."""
+    return risk[-1]
+
+
+def mean_risk(t: Float[ArrayLike, " T"], risk: Float[Array, " T"]) -> Scalar:
+    """The time-averaged risk `(1/(t_T − t_0)) ∫ R dt` by the trapezoidal rule on the save
+    grid."""
+    t = jnp.asarray(t)
+    return jnp.sum(0.5 * (risk[1:] + risk[:-1]) * jnp.diff(t)) / (t[-1] - t[0])
+
+
+def time_to_risk(t: Float[ArrayLike, " T"], risk: Float[Array, " T"],
+                 level: float | Scalar) -> Scalar:
+    """The first time the risk reaches `level`, linearly interpolated between the two save
+    points around the crossing (differentiable in `risk` away from ties); `t_0` when the risk
+    starts at or below `level`, `inf` when it never reaches it."""
+    t = jnp.asarray(t)
+    below = risk <= level
+    i = jnp.argmax(below)                       # the first save point at or below level
+    j = jnp.maximum(i - 1, 0)
+    r0, r1 = risk[j], risk[i]
+    frac = jnp.where(i > 0, (r0 - level) / jnp.where(r0 != r1, r0 - r1, 1.0), 0.0)
+    crossing = t[j] + frac * (t[i] - t[j])
+    return jnp.where(jnp.any(below), crossing, jnp.inf)

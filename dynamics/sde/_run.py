@@ -1,0 +1,195 @@
+"""Ensembles of SDE paths of a configuration: the `headflow sde` engine."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+import numpy as np
+from jaxtyping import Array, Bool, Float, Key
+
+from .._errors import HeadflowError, require_x64
+from .._model import Model
+from .._overlaps import Overlaps
+from .._risk import risk_nodes
+from .._steps import StepSizes
+from .._stop import check_stop
+from ..config import Config
+from ..expectations import MonteCarlo, get_expectation
+from ..fields import FullField
+from ..measures import escape_time
+from ..ode import AUTO_FALLBACK, BLOWUP, random_start, trajectory_risk
+from ..ode._run import traced_values
+from ..sharding import gather, shard_leading
+from ._diffusion import Diffusion, flatten, unflatten
+from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
+
+
+class SDEResult(eqx.Module):
+    """An ensemble of SDE paths: `t` (T), `overlaps` (leaves `(N, T, ...)`), the population
+    risk `risk` (N, T) with its error `risk_err`, and the domain check: `valid` (N, T), whether
+    each saved state is finite and a PSD Gram matrix, and `first_invalid` (N), the first save
+    time at which a path is not (NaN: never). Invalid paths are kept as computed."""
+
+    t: Float[Array, " T"]
+    overlaps: Overlaps
+    risk: Float[Array, "N T"]
+    risk_err: Float[Array, "N T"]
+    valid: Bool[Array, "N T"]
+    first_invalid: Float[Array, " N"]
+    dim: int = eqx.field(static=True, default=0)
+    info: dict = eqx.field(static=True, default_factory=dict)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The `sde.npz` arrays: those of `sgd.npz` with a path axis, plus `valid` and
+        `first_invalid`."""
+        return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
+                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays(),
+                "valid": np.asarray(self.valid), "first_invalid": np.asarray(self.first_invalid)}
+
+    @property
+    def paths_valid(self) -> np.ndarray:
+        """Whether each path stayed in the domain at every save time."""
+        return np.all(np.asarray(self.valid), axis=1)
+
+    @property
+    def paths_bounded(self) -> np.ndarray:
+        """Whether each path's overlaps are finite and below the blow-up level
+        (`dynamics.ode.BLOWUP`) at every save time; a path that is not has diverged."""
+        leaves = [np.asarray(x).reshape(np.shape(self.risk)[0], -1)
+                  for x in jax.tree.leaves(self.overlaps)]
+        y = np.concatenate(leaves, axis=1)
+        return np.all(np.isfinite(y) & (np.abs(np.nan_to_num(y)) < BLOWUP), axis=1)
+
+    def escape_times(self) -> np.ndarray:
+        """Each path's escape time (`dynamics.measures.escape_time`; NaN: no escape)."""
+        t, m, q = np.asarray(self.t), np.asarray(self.overlaps.m), np.asarray(self.overlaps.q)
+        out = [escape_time(t, m[i], q[i]) for i in range(m.shape[0])]
+        return np.array([np.nan if e is None else e for e in out])
+
+
+def path_keys(seed: int, paths: int) -> tuple[Key[Array, " n"], Key[Array, " n"]]:
+    """`(initial-state keys, Brownian keys)` of paths `0 … paths−1`: path i uses
+    `fold_in(key(seed), i)`, so it does not depend on how many paths run with it."""
+    keys = jax.vmap(lambda i: jr.split(jr.fold_in(jr.key(seed), i)))(jnp.arange(paths))
+    return keys[:, 0], keys[:, 1]
+
+
+def drift_samples(cfg: Config) -> int:
+    """Nodes of the drift: `[sde] samples_drift`, by default `[ode] samples` (16384 for
+    `"auto"`)."""
+    if cfg.sde.samples_drift is not None:
+        return int(cfg.sde.samples_drift)
+    return AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)
+
+
+def build_sde(cfg: Config, dim: int, model: Model | None = None) -> OverlapSDE:
+    """The SDE of a configuration at dimension `dim`: drift `FullField` (η² terms kept) on
+    [`drift_samples`][] nodes of `[ode] expectation`, diffusion on `[sde] samples_noise` Monte
+    Carlo nodes of all fields (both with `[ode] seed`), factored as `[sde] noise` says."""
+    model = cfg.build_model() if model is None else model
+    mt = traced_values(model)
+    steps = traced_values(StepSizes.from_config(cfg.training))
+    backend = get_expectation(cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)
+    drift = FullField.build(mt, steps, backend, sgd_noise=True)
+    diffusion = Diffusion.build(mt, steps, MonteCarlo(samples=cfg.sde.samples_noise,
+                                                      seed=cfg.ode.seed), sgd_noise=True)
+    return OverlapSDE(drift=drift, diffusion=diffusion,
+                      inv_sqrt_dim=jnp.asarray(1.0 / np.sqrt(dim), jnp.float64),
+                      noise=cfg.sde.noise)
+
+
+@eqx.filter_jit
+def _initial(model: Model, keys, dim: int, key_std: float, value_std: float, bias: float):
+    def one(k):
+        return flatten(random_start(model, k, dim, key_std=key_std, value_std=value_std,
+                                    bias=bias))
+
+    return jax.lax.map(one, keys, batch_size=8)
+
+
+def initial_states(cfg: Config, model: Model, keys: Key[Array, " n"], dim: int
+                   ) -> Float[Array, "N p"]:
+    """One exact random initialization at dimension `dim` per key
+    ([`dynamics.ode.random_start`][]), flattened."""
+    tr = cfg.training
+    return _initial(model, keys, int(dim), float(tr.init_key_std), float(tr.init_value_std),
+                    float(tr.init_bias))
+
+
+def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
+            progress: bool = False, group: int | None = None) -> SDEResult:
+    """An ensemble of paths of the overlaps' SDE as configured (`docs/sde.md`): each path
+    starts from its own random initialization at dimension `dim` (default `[sim] dim`) and is
+    integrated to `t_max` on the `[output]` grid with `[sde] dt`; `paths` overrides
+    `[sde] paths`. The risk is recorded as the SGD simulator records it (`[sim] risk_samples`
+    Monte Carlo nodes, `[ode] seed`), so the two compare on common random numbers.
+
+    Paths run in groups of `group` (default 8 per device, vmapped, sharded over the devices);
+    stop requests are honoured between groups.
+
+    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
+    """
+    require_x64("the overlap SDE")
+    model = cfg.build_model()
+    D = cfg.sim.dim if dim is None else int(dim)
+    N = cfg.sde.paths if paths is None else int(paths)
+    if D < model.F + 1:
+        raise HeadflowError(f"--dim {D}: must exceed model.F = {model.F} (the teacher needs "
+                            "F + 1 orthogonal directions)")
+    if N < 1:
+        raise HeadflowError(f"--paths {N}: must be >= 1")
+    check_stop()
+    times = cfg.save_times()
+    grid = step_grid(times, cfg.sde.dt)
+    tol = float(np.min(np.diff(grid))) / 8.0
+    sde = build_sde(cfg, D, model)
+    solver = get_sde_solver(cfg.sde.solver)
+    init_keys, bm_keys = path_keys(cfg.sde.seed, N)
+    y0 = initial_states(cfg, model, init_keys, D)
+    n_dev = len(jax.devices())
+    g = min(group or 8 * n_dev, N)
+    g = -(-g // n_dev) * n_dev
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=N, unit="path", desc=f"SDE D={D} x{N}", file=sys.stderr, leave=False)
+    ys, compile_s, t0 = [], float("nan"), time.perf_counter()
+    ts, grid_j = jnp.asarray(times), jnp.asarray(grid)
+    try:
+        for start in range(0, N, g):
+            check_stop()
+            idx = np.minimum(np.arange(start, start + g), N - 1)   # pad the last group
+            args = shard_leading((y0[idx], bm_keys[idx]))
+            out = jax.block_until_ready(solve_paths(sde, solver, *args, ts, grid_j, tol))
+            if start == 0:
+                compile_s = time.perf_counter() - t0
+            ys.append(np.asarray(gather(out, min(g, N - start))))
+            if bar is not None:
+                bar.update(min(g, N - start))
+    finally:
+        if bar is not None:
+            bar.close()
+    check_stop()
+    run_s = time.perf_counter() - t0
+    y = jnp.asarray(np.concatenate(ys))
+    valid = domain(y, model.H, model.F, model.rho)
+    ok = np.asarray(valid)
+    first = np.where(ok.all(axis=1), np.nan, times[np.argmin(ok, axis=1)])
+    ov = jax.vmap(jax.vmap(lambda v: unflatten(v, model.H, model.F)))(y)
+    flat = jax.tree.map(lambda x: x.reshape(N * len(times), *x.shape[2:]), ov)
+    nodes = risk_nodes(model, MonteCarlo(samples=cfg.sim.risk_samples, seed=cfg.ode.seed))
+    risk, err = trajectory_risk(model, flat, nodes, manifold=False)
+    info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
+            "solver": cfg.sde.solver, "noise": cfg.sde.noise,
+            "samples_drift": drift_samples(cfg), "samples_noise": cfg.sde.samples_noise,
+            "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
+            "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
+    return SDEResult(t=ts, overlaps=ov, risk=jnp.reshape(risk, (N, -1)),
+                     risk_err=jnp.reshape(err, (N, -1)), valid=valid,
+                     first_invalid=jnp.asarray(first), dim=D, info=info)

@@ -1,0 +1,169 @@
+"""Integrating the overlaps' SDE `dy = F(y) dt + D^{-1/2} B(y) dW` with diffrax, one Brownian
+path per sample path (`docs/sde.md#integration`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Key, PRNGKeyArray
+
+from .._errors import ConfigError
+from ..fields import AbstractField
+from ..ode import BLOWUP
+from ._diffusion import Diffusion, flatten, unflatten
+
+SOLVERS = ("euler", "drift_heun")
+"""The stochastic solvers offered, both converging to the Itô solution: `"euler"`
+(Euler–Maruyama) and `"drift_heun"` ([`DriftHeun`][]: the same noise, the drift by Heun's
+trapezoidal rule). The overlap SDE is an Itô SDE with multiplicative, non-commutative noise:
+diffrax's Heun, midpoint and SRK solvers converge to the Stratonovich solution of the same
+equation (a different process), and its Itô Milstein solver needs commutative noise."""
+
+
+class DriftHeun(dfx.AbstractItoSolver):
+    """Euler–Maruyama with a predictor–corrector for the drift: for `dy = F dt + G dW`,
+
+        ŷ  = y + F(y) h + G(y) ΔW
+        y' = y + ½ (F(y) + F(ŷ)) h + G(y) ΔW
+
+    The noise is taken at the left point, as in Euler–Maruyama, so the scheme converges to
+    the Itô solution (strong order 1/2, weak order 1); without noise it is Heun's method
+    (order 2), which removes Euler's first-order bias of the drift at twice the cost in drift
+    evaluations. Terms: `MultiTerm(ODETerm(F), ControlTerm(G, brownian))`."""
+
+    term_structure: ClassVar = dfx.MultiTerm[tuple[dfx.AbstractTerm, dfx.AbstractTerm]]
+    interpolation_cls: ClassVar[Callable[..., dfx.LocalLinearInterpolation]] = (
+        dfx.LocalLinearInterpolation)
+
+    def order(self, terms):
+        return 2
+
+    def strong_order(self, terms):
+        return 0.5
+
+    def init(self, terms, t0, t1, y0, args):
+        return None
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        del solver_state, made_jump
+        drift, noise = terms.terms
+        h, dw = drift.contr(t0, t1), noise.contr(t0, t1)
+        f0 = drift.vf_prod(t0, y0, args, h)
+        g0 = noise.vf_prod(t0, y0, args, dw)
+        pred = jax.tree.map(lambda y, a, b: y + a + b, y0, f0, g0)
+        f1 = drift.vf_prod(t1, pred, args, h)
+        y1 = jax.tree.map(lambda y, a, b, c: y + 0.5 * (a + b) + c, y0, f0, f1, g0)
+        return y1, None, dict(y0=y0, y1=y1), None, dfx.RESULTS.successful
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+
+NOISE_FACTORS = ("nodes", "eigh")
+"""How the diffusion is factored: `"nodes"`, the centred per-sample increments (no matrix
+square root, one Brownian coordinate per sample); `"eigh"`, the symmetric square root of `Σ`
+(one Brownian coordinate per entry of the state)."""
+
+
+def get_sde_solver(name: str) -> dfx.AbstractSolver:
+    """The diffrax solver of `[sde] solver` (see [`SOLVERS`][])."""
+    if name not in SOLVERS:
+        raise ConfigError(f"sde.solver = {name!r}: choose one of {', '.join(SOLVERS)}")
+    return dfx.Euler() if name == "euler" else DriftHeun()
+
+
+class OverlapSDE(eqx.Module):
+    """The SDE of the independent entries `y` of the state ([`flatten`][]):
+
+        dy = F(y) dt + D^{-1/2} B(y) dW
+
+    with `F` the drift of `drift` (a vector field, `FullField` for `headflow sde`) and `B` the
+    factor of `diffusion` (see [`NOISE_FACTORS`][]). `inv_sqrt_dim` = `D^{-1/2}` is traced, so
+    runs at several D share one compiled program."""
+
+    drift: AbstractField
+    diffusion: Diffusion
+    inv_sqrt_dim: Float[Array, ""]
+    noise: str = eqx.field(static=True, default="nodes")
+
+    @property
+    def control_size(self) -> int:
+        """Dimension of the Brownian motion: nodes × θ support points (`"nodes"`), or `p`."""
+        if self.noise == "eigh":
+            return self.diffusion.size
+        prior = self.diffusion.model.prior
+        S = prior.theta_nodes(jnp.zeros((1, prior.n_normal_dims)))[1].shape[0]
+        return self.diffusion.nodes.size * S
+
+    def drift_vf(self, t, y: Float[Array, " p"], args=None) -> Float[Array, " p"]:
+        m = self.drift.model
+        return flatten(self.drift(t, unflatten(y, m.H, m.F)))
+
+    def diffusion_vf(self, t, y: Float[Array, " p"], args=None) -> Float[Array, "p k"]:
+        del args
+        diffusion = self.diffusion.at(t)
+        m = diffusion.model
+        ov = unflatten(y, m.H, m.F)
+        B = diffusion.sqrt_factor(ov) if self.noise == "eigh" else diffusion.factor(ov)
+        return self.inv_sqrt_dim * B
+
+
+def step_grid(times: np.ndarray, dt: float) -> np.ndarray:
+    """The steps of a run: each save interval cut into equal steps no longer than `dt`, so that
+    every save time is a step (no interpolation) and the steps do not depend on how the run is
+    cut into calls."""
+    times = np.asarray(times, dtype=np.float64)
+    parts = [np.linspace(a, b, max(1, math.ceil((b - a) / dt - 1e-9)) + 1)[:-1]
+             for a, b in zip(times[:-1], times[1:]) if b > a]
+    return np.concatenate(parts + [times[-1:]])
+
+
+def brownian(key: PRNGKeyArray, t0: Float[Array, ""] | float, t1: Float[Array, ""] | float,
+             tol: float, size: int
+             ) -> dfx.VirtualBrownianTree:
+    """The Brownian motion of one path: a virtual Brownian tree on `[t0, t1]` (exact in law at
+    every query time; the same key gives the same path whatever the steps)."""
+    return dfx.VirtualBrownianTree(t0, t1, tol=tol, shape=(size,), key=key)
+
+
+@eqx.filter_jit
+def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n p"],
+                keys: Key[Array, " n"], ts: Float[Array, " T"], grid: Float[Array, " K"],
+                tol: float) -> Float[Array, "n T p"]:
+    """Integrate the SDE with `solver` ([`get_sde_solver`][]) for each path (`y0`, `keys`: a
+    leading path axis, vmapped) from `ts[0]` to `ts[-1]` on the step grid `grid` (a
+    [`step_grid`][]), saving at `ts`. The Brownian motion of a path lives on
+    `[ts[0], ts[-1]]`, resolved to `tol`."""
+    def one(y, key):
+        terms = dfx.MultiTerm(dfx.ODETerm(sde.drift_vf), dfx.ControlTerm(
+            sde.diffusion_vf, brownian(key, ts[0], ts[-1], tol, sde.control_size)))
+        sol = dfx.diffeqsolve(terms, solver, t0=ts[0], t1=ts[-1], dt0=None, y0=y,
+                              saveat=dfx.SaveAt(ts=ts), stepsize_controller=dfx.StepTo(ts=grid),
+                              max_steps=int(grid.shape[0]) + 1, throw=False)
+        assert sol.ys is not None
+        return sol.ys
+
+    return jax.vmap(one)(y0, keys)
+
+
+def domain(ys: Float[Array, "n T p"], H: int, F: int, rho: float, *, tol: float = 1e-9
+           ) -> Bool[Array, "n T"]:
+    """Whether each state is in the domain of the SDE: finite, every entry below the blow-up
+    level of the ODEs (`dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix, smallest
+    eigenvalue `≥ −tol·max(1, max|Ω|)` (the rule of `Overlaps.check_psd`)."""
+    def ok(y):
+        gram = unflatten(y, H, F).gram(rho)
+        finite = jnp.all(jnp.isfinite(y)) & jnp.all(jnp.abs(y) < BLOWUP)
+        safe = jnp.where(finite, gram, 0.0)
+        lam = jnp.linalg.eigvalsh(0.5 * (safe + safe.T))[0]
+        scale = jnp.maximum(1.0, jnp.max(jnp.abs(safe)))
+        return finite & (lam >= -tol * scale)
+
+    return jax.vmap(jax.vmap(ok))(ys)

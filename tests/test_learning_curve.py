@@ -1,0 +1,125 @@
+"""The differentiable learning curve (`dynamics.ode.learning_curve`, `docs/differentiable.md`):
+gradients of the three functionals (risk at T, time-averaged risk, time to reach a risk level)
+with respect to every differentiable parameter against central finite differences of whole
+solves (float64, tight tolerances), the backsolve adjoint against the recursive one, and the
+curve against `run_ode`."""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _util import xla_optimizations
+
+from dynamics import ConfigError, load_config
+from dynamics.ode import (PARAMS, LearningCurve, final_risk, learning_curve, mean_risk,
+                          run_ode, time_to_risk)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fast_compile():
+    # a few large programs (a solve and its reverse pass) that then run briefly
+    with xla_optimizations(False):
+        yield
+
+
+# softmax1 (its bias is not a gauge: the bias terms move the risk), label noise, weight decay
+# and a non-zero initial bias, so every parameter has a visible effect
+BASE = ["model.L=2", "model.H=2", "model.activation=softmax1", "model.noise=0.2",
+        "training.weight_decay=0.05", "training.init_bias=0.3", "training.lr=0.8",
+        "training.lr_bias=1.5", "training.init_key_std=0.3", "training.init_value_std=0.2",
+        "training.t_max=6", "output.n_save=13", "ode.samples=256", "ode.rtol=1e-10",
+        "ode.atol=1e-12", "prior.amplitude=2.0"]
+SCHEDULES = ['training.lr_schedule={kind = "log", times = [0.5, 2, 6], values = [1.2, 0.7, 0.3]}',
+             "training.lr_bias_schedule={times = [0, 3, 6], values = [2.0, 1.0, 0.5]}"]
+RTOL = 1e-4
+
+
+def _functionals(curve: LearningCurve, level: float):
+    def f(params):
+        risk = curve(params)
+        return jnp.stack([final_risk(risk), mean_risk(curve.ts, risk),
+                          time_to_risk(curve.ts, risk, level)])
+    return f
+
+
+def _check_against_fd(cfg_overrides: list[str], names: tuple[str, ...]) -> None:
+    curve = LearningCurve.from_config(load_config(None, cfg_overrides))
+    p0 = curve.defaults()
+    risk = np.asarray(eqx.filter_jit(lambda c, p: c(p))(curve, p0))
+    assert np.all(np.isfinite(risk)) and risk[-1] < risk[0]
+    level = float(0.5 * (risk[0] + risk[-1]))      # crossed between two save points
+    value = eqx.filter_jit(lambda c, p: _functionals(c, level)(p))
+    jac = eqx.filter_jit(lambda c, p: jax.jacrev(_functionals(c, level))(p))(curve, p0)
+    for name in names:
+        x0 = np.asarray(p0[name])
+        flat = x0.reshape(-1)
+        for i in range(flat.size):
+            h = 1e-4 * max(abs(float(flat[i])), 0.1)
+            e = np.zeros_like(flat)
+            e[i] = h
+            plus = value(curve, {**p0, name: jnp.asarray((flat + e).reshape(x0.shape))})
+            minus = value(curve, {**p0, name: jnp.asarray((flat - e).reshape(x0.shape))})
+            fd = (np.asarray(plus) - np.asarray(minus)) / (2 * h)
+            g = np.asarray(jac[name]).reshape(3, -1)[:, i]
+            for k, what in enumerate(("risk at T", "mean risk", "time to level")):
+                if k == 2 and abs(fd[k]) < 1e-9 and abs(g[k]) < 1e-9:
+                    continue    # a knot after the crossing cannot move it (causality)
+                assert abs(fd[k]) > 1e-6, f"{name}[{i}] has no visible effect on {what}"
+                err = abs(g[k] - fd[k]) / abs(fd[k])
+                assert err <= RTOL, (f"d({what})/d{name}[{i}]: autodiff {g[k]:.10g}, central "
+                                     f"differences {fd[k]:.10g} (relative error {err:.2e})")
+
+
+def test_gradients_match_finite_differences():
+    """Every parameter but the schedules' knot values (they replace lr and lr_bias)."""
+    names = tuple(p for p in PARAMS if "schedule" not in p)
+    _check_against_fd(BASE, names)
+
+
+def test_schedule_gradients_match_finite_differences():
+    _check_against_fd(BASE + SCHEDULES, ("training.lr_schedule", "training.lr_bias_schedule"))
+
+
+def test_backsolve_agrees_with_recursive_checkpointing():
+    cfg = load_config(None, BASE)
+    grads = {}
+    for adjoint in ("recursive", "backsolve"):
+        curve = LearningCurve.from_config(cfg, adjoint=adjoint)
+        grads[adjoint] = eqx.filter_jit(
+            lambda c, p: jax.grad(lambda q: mean_risk(c.ts, c(q)))(p))(curve, curve.defaults())
+    for name, g in grads["recursive"].items():
+        np.testing.assert_allclose(grads["backsolve"][name], g, rtol=1e-5, atol=1e-9,
+                                   err_msg=name)
+
+
+def test_the_curve_is_run_ode():
+    cfg = load_config(None, BASE + SCHEDULES)
+    np.testing.assert_allclose(learning_curve({}, cfg), run_ode(cfg).risk, rtol=1e-12)
+
+
+def test_time_to_risk_interpolates():
+    t = jnp.asarray([0.0, 1.0, 2.0, 3.0])
+    r = jnp.asarray([1.0, 0.8, 0.4, 0.3])
+    assert float(time_to_risk(t, r, 0.6)) == pytest.approx(1.5, rel=1e-15)
+    assert float(time_to_risk(t, r, 1.2)) == 0.0
+    assert float(time_to_risk(t, r, 0.1)) == np.inf
+    np.testing.assert_allclose(jax.grad(lambda r: time_to_risk(t, r, 0.6))(r),
+                               [0.0, 1.25, 1.25, 0.0], rtol=1e-12)
+    assert float(mean_risk(t, r)) == pytest.approx((0.9 + 0.6 + 0.35) / 3, rel=1e-15)
+
+
+@pytest.mark.parametrize("params,message", [
+    ({"training.momentum": 1.0}, "unknown parameter"),
+    ({"training.lr_schedule": jnp.ones(2)}, "sets no [training] lr_schedule"),
+])
+def test_bad_parameters(params, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        learning_curve(params, load_config(None, BASE))
+
+
+def test_lr_with_a_schedule_is_refused():
+    with pytest.raises(ConfigError, match="has no effect"):
+        learning_curve({"training.lr": 1.0}, load_config(None, BASE + SCHEDULES))

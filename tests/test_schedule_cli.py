@@ -1,0 +1,117 @@
+"""`headflow schedule` and `headflow fit`: their files, JSON summaries and bad inputs (one
+line, exit 2, nothing left behind); `fit` recovers the parameters of a curve the ODE made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dynamics import load_config
+from dynamics.ode import learning_curve
+from validation.cli import main
+
+TINY = ["--set", "model.L=2", "--set", "ode.samples=256", "--set", "output.n_save=11",
+        "--set", "sim.risk_samples=256", "--set", "sim.space=overlaps"]
+
+
+def _strict(text: str):
+    def bad(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=bad)
+
+
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("headflow") and "error:" in err[0], err
+    for n in needles:
+        assert n in err[0], (n, err)
+
+
+def test_schedule_writes_results(tmp_path, capsys):
+    out = tmp_path / "a" / "run"
+    assert main(["schedule", *TINY, "--budget", "4", "--knots", "3", "--steps", "3", "--dim",
+                 "200", "--seeds", "2", "--design-samples", "256", "--out", str(out),
+                 "--json"]) == 0
+    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("lr_constant", "risk_constant_ode", "risk_schedule_ode", "sgd_risk_constant",
+                "sgd_risk_constant_sem", "sgd_risk_schedule", "sgd_risk_schedule_sem", "out"):
+        assert key in summary, key
+    assert summary["out"] == str(out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "meta.json",
+                                                     "schedule.json", "schedule.npz",
+                                                     "schedule.png"]
+    # the schedule starts flat at the best constant and keeps the best iterate: never worse
+    # on the design nodes; at the config's nodes the two are within the node error
+    assert summary["risk_schedule_ode"] <= summary["risk_constant_ode"] * (1 + 1e-3)
+    with np.load(out / "schedule.npz") as z:
+        assert z["sgd_constant"].shape == (2, 11) == z["sgd_schedule"].shape
+        np.testing.assert_allclose(z["sgd_schedule"][:, -1].mean(),
+                                   summary["sgd_risk_schedule"])
+        np.testing.assert_allclose(z["ode_constant"][-1], summary["risk_constant_ode"])
+        assert len(z["knot_values"]) == 3
+    assert summary["schedule"]["kind"] == "log" and len(summary["schedule"]["times"]) == 3
+    assert _strict((out / "meta.json").read_text())["command"] == "schedule"
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--knots", "1"], "--knots 1"),
+    (["--budget", "0"], "--budget"),
+    (["--lr-range", "2,1"], "LOW < HIGH"),
+    (["--set", "training.lr_schedule={times = [1, 2], values = [1, 1]}"],
+     "already sets training.lr_schedule"),
+])
+def test_schedule_bad_inputs(tmp_path, capsys, argv, needle):
+    out = tmp_path / "o"
+    budget = [] if "--budget" in argv else ["--budget", "2"]
+    try:    # argparse's errors exit, the command's errors return: both with status 2
+        code = main(["schedule", *TINY, *budget, *argv, "--out", str(out), "--steps", "1",
+                     "--design-samples", "256", "--dim", "200", "--seeds", "2"])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    _one_line_error(capsys, needle)
+    assert not out.exists()
+
+
+def test_fit_recovers_an_ode_curve(tmp_path, capsys):
+    """A curve made by the ODE at known η and Δ is fitted from a start 20% off."""
+    sets = ["model.L=2", "ode.samples=256", "output.n_save=21", "training.t_max=6",
+            "model.activation=softmax1"]
+    truth = {"training.lr": 0.7, "model.noise": 0.3}
+    cfg = load_config(None, sets)
+    risk = np.asarray(learning_curve(truth, cfg))
+    curve = tmp_path / "curve.npz"
+    np.savez(curve, t=cfg.save_times(), risk=risk)
+    out = tmp_path / "fit"
+    argv = [x for s in sets for x in ("--set", s)]
+    assert main(["fit", *argv, "--set", "training.lr=0.85", "--set", "model.noise=0.24",
+                 "--curve", str(curve), "--params", "training.lr,model.noise", "--out",
+                 str(out), "--json"]) == 0
+    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    for k, v in truth.items():
+        assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
+    assert summary["residual_rms"] < 1e-6 and summary["converged"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "fit.json", "fit.npz",
+                                                     "fit.png", "meta.json"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--params", "training.lr", "--curve", "missing.npz"], "file not found"),
+    (["--params", "training.momentum", "--curve", "CURVE"], "training.momentum"),
+    (["--params", "training.lr_schedule", "--curve", "CURVE"], "choose distinct keys among"),
+    (["--params", "training.lr", "--curve", "BAD"], "no array risk"),
+])
+def test_fit_bad_inputs(tmp_path, capsys, argv, needle):
+    good, bad = tmp_path / "c.npz", tmp_path / "b.npz"
+    np.savez(good, t=np.linspace(0, 1, 5), risk=np.linspace(1, 0.5, 5))
+    np.savez(bad, t=np.linspace(0, 1, 5))
+    argv = [str(good) if a == "CURVE" else str(bad) if a == "BAD" else
+            str(tmp_path / a) if a == "missing.npz" else a for a in argv]
+    out = tmp_path / "o"
+    assert main(["fit", *TINY, *argv, "--out", str(out)]) == 2
+    _one_line_error(capsys, needle)
+    assert not out.exists()
+    assert not any(Path(tmp_path).glob("o*"))

@@ -1,0 +1,106 @@
+"""`headflow fit CONFIG --curve FILE.npz --params training.lr,model.noise`: hyperparameters
+fitted to an observed risk curve through the ODE."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from dynamics import HeadflowError
+
+from .._json import write as write_json
+from .._rundir import run_dir
+from ..experiments.fit import check_names, fit_curve
+from ._common import add_config_args, checked, config_from_args, out_dir, replace_out
+
+EXAMPLE = ("headflow fit validation/configs/demo.toml --curve runs/sgd-XXXX/sgd.npz "
+           "--params training.lr,model.noise")
+"""Shown at the end of `--help`."""
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated config keys, got {text!r}")
+    return names
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fit", help="fit hyperparameters to an observed risk curve through the "
+                       "ODE (--curve, --params)",
+                       description="Least squares through the differentiable ODE "
+                       "(optimistix Levenberg-Marquardt): fit the listed config keys to an "
+                       "observed risk curve (arrays t and risk of an npz file; a risk with a "
+                       "seed axis, as in sgd.npz, is averaged over it). Reports the values, "
+                       "their standard errors from the Gauss-Newton curvature and the "
+                       "residual; writes fit.json, fit.npz, fit.png, config.toml and meta.json.")
+    add_config_args(p)
+    p.add_argument("--curve", type=Path, required=True, metavar="FILE.npz",
+                   help="the observed curve: arrays t (T) and risk (T or S x T)")
+    p.add_argument("--params", type=_names, required=True, metavar="KEY,KEY",
+                   help="config keys to fit, e.g. training.lr,model.noise (the config gives "
+                   "their starting values)")
+    p.set_defaults(func=run)
+
+
+def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """`(t, risk)` of an npz file; a seed axis of `risk` is averaged over."""
+    try:
+        with np.load(path) as data:
+            missing = [k for k in ("t", "risk") if k not in data]
+            if missing:
+                raise HeadflowError(f"--curve {path}: no array {', '.join(missing)} (need t "
+                                    "and risk)")
+            t, risk = np.asarray(data["t"], float), np.asarray(data["risk"], float)
+    except FileNotFoundError:
+        raise HeadflowError(f"--curve {path}: file not found") from None
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise HeadflowError(f"--curve {path}: not a readable npz file ({err})") from None
+    if risk.ndim == 2:
+        risk = risk.mean(axis=0)
+    if t.ndim != 1 or risk.shape != t.shape:
+        raise HeadflowError(f"--curve {path}: t must be 1-D and risk (T) or (S, T) with the "
+                            f"same T (got {t.shape}, {risk.shape})")
+    return t, risk
+
+
+def run(args) -> dict:
+    cfg = config_from_args(args)
+    check_names(args.params)
+    t, risk = read_curve(args.curve)
+    out = out_dir(args, "fit", cfg, f"{args.curve.resolve()} {args.params}")
+    if args.check:
+        return checked(args, out)
+    with run_dir(out, replace=replace_out(args), command="fit", config_toml=cfg.to_toml(),
+                 meta={"dtype": "float64", "curve": str(args.curve)}) as rd:
+        with rd.timed("fit"):
+            fit = fit_curve(cfg, t, risk, args.params)
+        summary = {"values": fit.values, "se": fit.se, "start": fit.start, "rss": fit.rss,
+                   "residual_rms": fit.residual_rms, "dof": fit.dof,
+                   "converged": fit.converged, "solver_steps": fit.steps, "out": str(out)}
+        rd.save_npz("fit.npz", {"t": fit.t, "risk_observed": fit.observed,
+                                "risk_fitted": fit.fitted})
+        write_json(rd.path("fit.json"), summary)
+        from ..plots import pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.5, 4.5))
+        ax.plot(fit.t, fit.observed, "o", ms=3, label="observed")
+        ax.plot(fit.t, fit.fitted, "-", label="ODE, fitted: " + ", ".join(
+            f"{k} = {v:.4g} ± {fit.se[k]:.2g}" for k, v in fit.values.items()))
+        ax.set_xlabel("t = steps / D")
+        ax.set_ylabel("population risk")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(rd.path("fit.png"), dpi=110)
+        plt.close(fig)
+    quiet = args.json and not sys.stderr.isatty()
+    for k, v in fit.values.items():
+        print(f"{k} = {v:.6g} ± {fit.se[k]:.2g} (start {fit.start[k]:.6g})",
+              file=sys.stderr if quiet else sys.stdout)
+    print(f"residual rms {fit.residual_rms:.3g}{'' if fit.converged else ' (NOT converged)'}",
+          file=sys.stderr if quiet else sys.stdout)
+    return summary

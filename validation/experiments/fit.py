@@ -1,0 +1,98 @@
+"""Hyperparameters fitted to an observed risk curve by least squares through the ODE
+(`headflow fit`, `docs/differentiable.md`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+
+from dynamics import Config, ConfigError, HeadflowError
+from dynamics.ode import PARAMS, LearningCurve
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """The fitted `values` and their standard errors `se` (name → float), the residual sum of
+    squares `rss`, its degrees of freedom `dof`, the observed and fitted curves on `t`, and
+    whether the solver converged (`converged`, `steps`)."""
+
+    values: dict[str, float]
+    se: dict[str, float]
+    start: dict[str, float]
+    rss: float
+    dof: int
+    t: np.ndarray
+    observed: np.ndarray
+    fitted: np.ndarray
+    converged: bool
+    steps: int
+
+    @property
+    def residual_rms(self) -> float:
+        return float(np.sqrt(self.rss / len(self.t)))
+
+
+def check_names(names: Sequence[str]) -> list[str]:
+    """The parameter names, checked: scalar keys of [`dynamics.ode.PARAMS`][] (one-line
+    [`dynamics.ConfigError`][] otherwise)."""
+    names = list(names)
+    bad = [n for n in names if n not in PARAMS or "schedule" in n]
+    if bad or not names or len(set(names)) != len(names):
+        scalar = [p for p in PARAMS if "schedule" not in p]
+        raise ConfigError(f"--params {','.join(bad or names)}: choose distinct keys among "
+                          f"{', '.join(scalar)}")
+    return names
+
+
+def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str], *,
+              max_steps: int = 100) -> Fit:
+    """Least squares `min Σ_i (R_θ(t_i) − risk_i)²` over the parameters `names` (scalar keys
+    of [`dynamics.ode.PARAMS`][]; the config gives the start and every other value), with
+    optimistix's Levenberg–Marquardt on the gradient of the ODE solve.
+
+    Standard errors from the Gauss–Newton curvature at the optimum: with the Jacobian `J` of
+    the residuals, `Cov θ = s² (JᵀJ)⁻¹`, `s² = RSS/(n − p)`: the usual least-squares errors,
+    which treat the residuals as independent with a common variance.
+    """
+    names = check_names(names)
+    t = np.asarray(t, dtype=np.float64)
+    risk = np.asarray(risk, dtype=np.float64)
+    if t.ndim != 1 or risk.shape != t.shape or len(t) < len(names) + 1:
+        raise HeadflowError(f"the curve needs 1-D arrays t and risk of one length above the "
+                            f"number of parameters (got t {t.shape}, risk {risk.shape})")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(risk)) and np.all(np.diff(t) > 0)
+            and t[0] >= 0):
+        raise HeadflowError("the curve: t must be finite, >= 0 and increasing, risk finite")
+    grid = t if t[0] == 0 else np.concatenate([[0.0], t])
+    skip = len(grid) - len(t)
+    cfg = cfg.replace(**{"training.t_max": float(t[-1])})
+    curve = LearningCurve.from_config(cfg, times=grid)
+    start = {n: jnp.asarray(v) for n, v in curve.defaults().items() if n in names}
+    target = jnp.asarray(risk)
+
+    def residuals(y, c):
+        return c(y)[skip:] - target
+
+    solver: optx.LevenbergMarquardt = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-10)
+    sol: optx.Solution = optx.least_squares(residuals, solver, start, args=curve,
+                                            options={"jac": "bwd"}, max_steps=max_steps,
+                                            throw=False)
+    y = sol.value
+    res = np.asarray(eqx.filter_jit(residuals)(y, curve))
+    jac = eqx.filter_jit(jax.jacrev(residuals))(y, curve)
+    J = np.stack([np.asarray(jac[n]).reshape(-1) for n in names], axis=1)     # (n, p)
+    rss = float(np.sum(res**2))
+    dof = len(t) - len(names)
+    cov = rss / dof * np.linalg.pinv(J.T @ J)
+    se = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return Fit(values={n: float(y[n]) for n in names}, se=dict(zip(names, map(float, se))),
+               start={n: float(v) for n, v in start.items()}, rss=rss, dof=dof, t=t,
+               observed=risk, fitted=risk + res,
+               converged=bool(sol.result == optx.RESULTS.successful),
+               steps=int(sol.stats["num_steps"]))
