@@ -271,8 +271,6 @@ class Config:
         if self.sim.dim < self.model.F + 1:
             raise ConfigError(f"sim.dim = {self.sim.dim}: must exceed model.F = {self.model.F} "
                               "(the teacher needs F + 1 orthogonal directions)")
-        if self.sde.dt > self.training.t_max:
-            raise ConfigError(f"sde.dt = {self.sde.dt}: must be <= training.t_max")
         if self.output.t_min is not None and self.output.t_min >= self.training.t_max:
             raise ConfigError(f"output.t_min = {self.output.t_min}: must be < training.t_max")
         if self.sim.space == "overlaps":

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from dynamics import DivergenceError
+from dynamics import ConfigError, DivergenceError
 from dynamics.ode import BLOWUP
 from dynamics.sde import run_sde
 
@@ -46,6 +46,8 @@ def escape_quantiles(escapes: np.ndarray) -> dict[str, float]:
 
 def run(args) -> dict:
     cfg = config_from_args(args, dim="sim.dim", paths="sde.paths")
+    if cfg.sde.dt > cfg.training.t_max:     # checked here: other commands ignore [sde]
+        raise ConfigError(f"sde.dt = {cfg.sde.dt}: must be <= training.t_max")
     out = out_dir(args, "sde", cfg)
     if args.check:
         return checked(args, out)
