@@ -144,3 +144,17 @@ PRIORS = {
     "discrete_2d": lambda: Discrete([[1.5, 0.0], [-1.0, 1.0], [0.3, -2.0]], [0.3, 0.5, 0.2]),
     "gaussian_2d": lambda: Gaussian([0.8, -0.4], [2.0, 0.5]),
 }
+
+
+def off_manifold_state(on_manifold: bool):
+    """A fixed H = 2, F = 1 state with non-zero cross overlaps (its manifold part when
+    `on_manifold`), shared by the one-step drift and diffusion tests."""
+    import jax.numpy as jnp
+
+    import dynamics as d
+
+    ov = d.Overlaps(m=jnp.array([[0.6], [-0.4]]), q=jnp.array([[1.2, 0.3], [0.3, 0.9]]),
+                    n=jnp.array([0.5, 0.3]), s=jnp.array([[0.7, 0.1], [0.1, 0.5]]),
+                    b=jnp.array([0.3, -0.2]), kv=jnp.array([[0.2, -0.1], [0.05, 0.15]]),
+                    kvs=jnp.array([0.1, -0.15]), vks=jnp.array([[0.2], [-0.1]]))
+    return ov.on_manifold() if on_manifold else ov

@@ -26,12 +26,7 @@ FIELDS = ("m", "q", "n", "s", "b", "kv", "kvs", "vks")
 _with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
 
-def _state(on_manifold: bool) -> d.Overlaps:
-    ov = d.Overlaps(m=jnp.array([[0.6], [-0.4]]), q=jnp.array([[1.2, 0.3], [0.3, 0.9]]),
-                    n=jnp.array([0.5, 0.3]), s=jnp.array([[0.7, 0.1], [0.1, 0.5]]),
-                    b=jnp.array([0.3, -0.2]), kv=jnp.array([[0.2, -0.1], [0.05, 0.15]]),
-                    kvs=jnp.array([0.1, -0.15]), vks=jnp.array([[0.2], [-0.1]]))
-    return ov.on_manifold() if on_manifold else ov
+from _util import off_manifold_state as _state  # noqa: E402
 
 
 def _sgd_increments(model, ov, lr, lr_bias, wd, batch):
