@@ -81,3 +81,18 @@ def escape_time(t, m, q, threshold: float = ESCAPE_THRESHOLD) -> float | None:
     """The escape from the unspecialized plateau of one run (`m (T, H, F)`, `q (T, H, H)`): the
     persistent crossing of `threshold` by the [`head_spread`][]; None if it never escapes."""
     return persistent_crossing(t, head_spread(np.asarray(m), np.asarray(q)), threshold)
+
+
+ESCAPE_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+"""The escape-time quantiles that reports give."""
+
+
+def escape_quantiles(escapes, levels=ESCAPE_QUANTILES) -> dict[str, float]:
+    """Empirical quantiles (`inverted_cdf`) of an ensemble's escape times (NaN or None: never
+    escaped), a run that never escapes counting as +∞: a quantile beyond the escaped fraction
+    is then +∞ (written `null` in JSON). Keys are the levels as text (`"0.1"`, ...)."""
+    e = np.asarray([np.inf if x is None else x for x in np.ravel(np.asarray(escapes,
+                                                                              dtype=object))],
+                   dtype=float)
+    e = np.where(np.isfinite(e), e, np.inf)
+    return {f"{q:g}": float(np.quantile(e, q, method="inverted_cdf")) for q in levels}

@@ -227,7 +227,7 @@ def test_interrupt_stops_cleanly(tmp_path, command, sig, code, after):
 # -- the fuzzer -------------------------------------------------------------------------------
 
 COMMANDS = ["sgd", "ode", "compare", "bayes", "phases", "escape", "activations", "prune",
-            "sweep"]
+            "sweep", "sde"]
 KEYS = ["model.L", "model.H", "model.F", "model.activation", "model.noise", "model.rho",
         "model.train_values", "prior.kind", "prior.amplitude", "prior.p", "prior.points",
         "prior.weights", "prior.mean", "prior.var", "prior.direction", "training.lr",
@@ -253,12 +253,14 @@ FLAGS = st.sampled_from([[], ["--dim", "0"], ["--dim", "-3"], ["--seeds", "x"],
 # a cheap, valid base (the fuzz then spoils some of it); expensive options are kept small
 BASE = ["--set", "sim.dim=24", "--set", "sim.seeds=1", "--set", "training.t_max=0.05",
         "--set", "output.n_save=2", "--set", "ode.samples=64", "--set", "model.L=2",
-        "--set", "sim.risk_samples=64", "--set", "ode.max_steps=200"]
+        "--set", "sim.risk_samples=64", "--set", "ode.max_steps=200", "--set", "sde.dt=0.025",
+        "--set", "sde.samples_drift=64", "--set", "sde.samples_noise=64"]
 CHEAP = {"bayes": ["--samples", "64"], "activations": ["--t-max", "0.1", "--risk-samples",
                                                        "64", "--bayes-samples", "64"],
          "prune": ["--t-max", "0.1", "--risk-samples", "64", "--random-orders", "0"],
-         "escape": ["--dims", "24,30", "--seeds", "1"], "sweep": ["--grid",
-                                                                   "training.lr=0.5"]}
+         "escape": ["--dims", "24,30", "--seeds", "1", "--paths", "2", "--extrapolate", ""],
+         "sweep": ["--grid", "training.lr=0.5"], "compare": ["--paths", "2"],
+         "sde": ["--paths", "2"]}
 
 
 @st.composite
@@ -276,7 +278,7 @@ def argvs(draw):
     return argv
 
 
-@settings(max_examples=300, deadline=None, derandomize=True,
+@settings(max_examples=150, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(argv=argvs())
 def test_fuzzed_command_line(tmp_path_factory, capsys, argv):

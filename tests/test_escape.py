@@ -129,22 +129,46 @@ def test_escape_command_rejects_bad_input(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_escape_command_small(tmp_path, capsys):
-    """End to end on a tiny problem: files, JSON keys, consistency of the report."""
+    """End to end on a tiny problem, with the SDE (2 paths per D, one extrapolated D): files,
+    JSON keys and shapes, consistency of the report."""
     cfg = tmp_path / "c.toml"
     cfg.write_text(CI_CONFIG.replace("samples = 2048", "samples = 256")
                    .replace("seeds = 32", "seeds = 3").replace("n_save = 101", "n_save = 51"))
     out = tmp_path / "run"
     rc = main(["escape", str(cfg), "--dims", "150,300", "--n-times", "31", "--out", str(out),
-               "--json"])
+               "--paths", "2", "--extrapolate", "100000", "--set", "sde.dt=0.1",
+               "--set", "sde.samples_noise=64", "--set", "sde.samples_drift=64", "--json"])
     assert rc == 0
-    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    for key in ("lambda", "slope_predicted", "slope_measured", "slope_ci", "out"):
+    lines = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    for key in ("lambda", "slope_predicted", "slope_measured", "slope_ci", "out", "slope_sde",
+                "slope_sde_ci", "agrees_sde_mean", "agrees_sde_slope", "agrees_sde"):
         assert key in summary
     for name in ("escape.json", "escape.npz", "escape.png", "config.toml", "meta.json"):
         assert (out / name).exists()
+    assert json.loads((out / "escape.json").read_text())["escape_sde_mean"] == \
+        summary["escape_sde_mean"]
     arr = np.load(out / "escape.npz")
     assert arr["escape_times"].shape == (2, 3)
+    assert arr["sde_escape_times"].shape == (2, 2)
+    assert arr["extrapolate_escape_times"].shape == (1, 2)
+    assert list(arr["extrapolate_dims"]) == [100000]
     assert summary["lambda"] == pytest.approx(1 / (2 * summary["slope_predicted"]))
+    assert len(summary["escape_sde_mean"]) == 2 and len(summary["agrees_sde_mean"]) == 2
+    assert [set(q) for q in summary["escape_sde_quantiles"]] == [{"0.1", "0.5", "0.9"}] * 2
+    (ext,) = summary["extrapolation"]
+    assert ext["dim"] == 100000 and ext["runs"] == 2
+    assert ext["escaped"] + ext["censored"] == 2
+    sde = arr["sde_escape_times"]
+    for i in range(2):
+        ok = np.isfinite(sde[i])
+        assert summary["escape_sde_escaped_fraction"][i] == ok.mean()
+        if ok.any():
+            assert summary["escape_sde_mean"][i] == pytest.approx(sde[i][ok].mean())
+    assert summary["paths_sde"] == 2 and summary["sde_settings"]["dt"] == 0.1
+    assert any(line.startswith("verdict: SDE mean inside") for line in lines)
+    assert any("calibrated linear stability" in line for line in lines)
+    assert json.loads((out / "meta.json").read_text())["sde_paths"] == 2
 
 
 @pytest.mark.slow
@@ -159,6 +183,7 @@ def test_sgd_escape_slope_agrees_with_linear_stability():
 
     cfg = Config.from_dict(tomllib.loads(CI_CONFIG))
     report, arrays = escape_study(cfg, DIMS, 32, n_times=61)
+    assert report["sde"] is False and "slope_sde" not in report       # no SDE unless asked
     lo, hi = report["slope_ci"]
     print(f"λ_eff = {report['lambda']:.3f}, slope predicted {report['slope_predicted']:.3f} "
           f"(initial perturbation only {report['slope_predicted_initial']:.3f}), measured "

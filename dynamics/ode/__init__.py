@@ -8,6 +8,7 @@ from ._integrate import explain as explain
 from ._integrate import get_solver as get_solver
 from ._integrate import integrate as integrate
 from ._integrate import solve as solve
+from ._integrate import traced_values as traced_values
 from ._run import ODEResult as ODEResult
 from ._run import AUTO_FALLBACK as AUTO_FALLBACK
 from ._run import AUTO_PILOT as AUTO_PILOT

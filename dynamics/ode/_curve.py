@@ -33,11 +33,13 @@ PARAMS = ("training.lr", "training.lr_bias", "training.weight_decay", "training.
 """The keys of `params` that [`learning_curve`][] differentiates through: config keys
 (`section.key`); the two schedules stand for their knot `values` (arrays of K)."""
 
-ADJOINTS = ("recursive", "backsolve")
+ADJOINTS = ("recursive", "backsolve", "forward")
 """`"recursive"`: diffrax's `RecursiveCheckpointAdjoint` (discretize, then differentiate: the
-exact gradient of the computed solution); `"backsolve"`: `BacksolveAdjoint` (the continuous
-adjoint ODE solved backwards: memory independent of the number of steps, gradient accurate to
-the solver tolerance)."""
+exact gradient of the computed solution, reverse mode); `"backsolve"`: `BacksolveAdjoint` (the
+continuous adjoint ODE solved backwards: memory independent of the number of steps, gradient
+accurate to the solver tolerance); `"forward"`: `ForwardMode` (forward-mode autodiff through the
+solve, `jax.jvp`/`jax.jacfwd`: the cheap choice for a whole curve's Jacobian in a few
+parameters, as `headflow fit` needs; reverse mode is unavailable with it)."""
 
 
 def adjoint_of(name: str, checkpoints: int | None = None) -> dfx.AbstractAdjoint:
@@ -46,6 +48,8 @@ def adjoint_of(name: str, checkpoints: int | None = None) -> dfx.AbstractAdjoint
         return dfx.RecursiveCheckpointAdjoint(checkpoints=checkpoints)
     if name == "backsolve":
         return dfx.BacksolveAdjoint()
+    if name == "forward":
+        return dfx.ForwardMode()
     raise ConfigError(f"adjoint = {name!r}: choose one of {', '.join(map(repr, ADJOINTS))}")
 
 

@@ -182,6 +182,14 @@ class _Guarded(eqx.Module):
         return jax.tree.map(lambda v: jnp.where(self.ok, v, 0.0), self.field(t, y, args))
 
 
+def traced_values(tree):
+    """`tree` with its Python float leaves (learning rates, label noise, `ρ*`, prior
+    parameters) turned into float64 numpy scalars: still floats for host code, but traced by
+    `equinox.filter_jit` instead of being compiled in, so configurations that differ only in
+    these values share one compiled program."""
+    return jax.tree.map(lambda x: np.float64(x) if isinstance(x, float) else x, tree)
+
+
 def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *,
               progress: bool = False, check: bool = True) -> ODESolution:
     """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
@@ -201,8 +209,10 @@ def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *
     check_stop()
     integrator = integrator.with_jumps(field.steps.knot_times)   # none without a schedule
     meter = dfx.TqdmProgressMeter(refresh_steps=20) if progress else dfx.NoProgressMeter()
-    args = (field, ov0, jnp.asarray(ts), integrator, meter)
+    args = (traced_values(field), ov0, jnp.asarray(ts), integrator, meter)
     t0 = time.perf_counter()
+    # the field's Python floats traced, not baked in: a field that differs only in values
+    # (a learning rate, a fixed-point search's next chunk) hits JAX's caches, with no retrace
     compiled = _solve_from.lower(*args).compile()  # type: ignore[attr-defined]
     t1 = time.perf_counter()
     sol, d0 = jax.block_until_ready(compiled(*args))

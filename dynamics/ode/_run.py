@@ -18,7 +18,7 @@ from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes, get_expectation
 from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
 from ..symbolic import SymbolicField, symbolic_names
-from ._integrate import Integrator, integrate
+from ._integrate import Integrator, integrate, traced_values
 from ._state import initial_overlaps
 
 
@@ -134,14 +134,6 @@ _FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] 
     ("full", "autodiff"): FullField,
     ("manifold", "symbolic"): SymbolicField,
 }
-
-
-def traced_values(tree):
-    """`tree` with its Python float leaves (learning rates, label noise, `ρ*`, prior
-    parameters) turned into float64 numpy scalars: still floats for host code, but traced by
-    `equinox.filter_jit` instead of being compiled in, so configurations that differ only in
-    these values share one compiled program."""
-    return jax.tree.map(lambda x: np.float64(x) if isinstance(x, float) else x, tree)
 
 
 def field_class(cfg: Config, model: Model | None = None

@@ -22,8 +22,7 @@ from ..config import Config
 from ..expectations import MonteCarlo, get_expectation
 from ..fields import FullField
 from ..measures import escape_time
-from ..ode import AUTO_FALLBACK, BLOWUP, random_start, trajectory_risk
-from ..ode._run import traced_values
+from ..ode import AUTO_FALLBACK, BLOWUP, random_start, traced_values, trajectory_risk
 from ..sharding import gather, shard_leading
 from ._diffusion import Diffusion, flatten, unflatten
 from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid

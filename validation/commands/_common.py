@@ -14,10 +14,13 @@ from dynamics import Config, HeadflowError, load_config
 from dynamics.activations import activation_names
 from dynamics.config import parse_value
 from dynamics.expectations import MIN_SAMPLES
+from dynamics.ode import ODEResult
+from dynamics.sde import SDEResult
 
 from .._json import write as write_json
 from .._rundir import check_writable, default_out
-from ..experiments.compare import canonical_arrays, compare
+from ..experiments.compare import canonical_arrays, compare, ensemble_series
+from ..plots.fan import plot_fan
 from ..plots.trajectories import plot_trajectories
 
 
@@ -199,17 +202,47 @@ def activation_list(text: str) -> tuple[str, ...]:
     return names
 
 
-def write_comparison(rd, cfg, *, title: str = "") -> dict:
-    """Run a comparison and write its files into the run folder `rd`; returns the report."""
+def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
+                     title: str = "") -> dict:
+    """Run a comparison of SGD with `theory` (`"ode"`, `"ode-per-seed"` or `"sde"`,
+    [`validation.experiments.compare.compare`][]; `paths` SDE paths, default `[sde] paths`) and
+    write its files into the run folder `rd`: `sgd.npz`, the theory's arrays (`ode.npz`;
+    `ode_per_seed.npz` or `sde.npz` with a run axis and each run's `escape` time, NaN when it
+    never escapes), for ensembles `ensemble.npz` ([`ensemble_series`][]), `report.json` and
+    `compare.png`. Returns the report."""
     with rd.timed("compare"):
-        sgd, ode, report = compare(cfg, progress=show_progress())
-    rd.meta["ode_solver_steps"] = ode.num_steps
+        sgd, res, report = compare(cfg, theory=theory, paths=paths, progress=show_progress())
     rd.save_npz("sgd.npz", sgd.arrays())
-    rd.save_npz("ode.npz", ode.arrays())
-    s, o = canonical_arrays(sgd, ode)
+    s, o = canonical_arrays(sgd, res)
+    if isinstance(res, ODEResult):
+        rd.meta["ode_solver_steps"] = res.num_steps
+        rd.save_npz("ode.npz", res.arrays())
+        write_json(rd.path("report.json"), report)
+        plot_trajectories(rd.path("compare.png"), s["t"], sgd=s, ode=o, title=title or (
+            f"ODE (dashed) vs SGD seed mean ± std (heads in canonical order), D={sgd.dim}, "
+            f"{len(sgd.seeds)} seeds, "
+            f"{cfg.model.activation}"))
+        return report
+    escapes = np.array([np.nan if e is None else e for e in report["escape"]["theory"]])
+    if isinstance(res, SDEResult):
+        rd.meta["sde"] = {**res.info, "paths_invalid": report["sde"]["paths_invalid"]}
+        if report["sde"]["paths_invalid"]:
+            print(f"headflow: warning: {report['sde']['paths_invalid']} of {report['paths']} "
+                  "SDE paths left the PSD domain (first at t = "
+                  f"{report['sde']['first_invalid_t']:.4g}); they are kept, see valid / "
+                  "first_invalid in sde.npz", file=sys.stderr)
+        what = f"SDE, {report['paths']} paths"
+    else:
+        rd.meta["ode_solver_steps"] = list(res.num_steps)
+        what = f"ODE per seed ({cfg.ode.form} form)"
+    name = "sde.npz" if isinstance(res, SDEResult) else "ode_per_seed.npz"
+    rd.save_npz(name, {**res.arrays(), "escape": escapes})
+    rd.save_npz("ensemble.npz", ensemble_series(s, {**o, "t": s["t"]}))
     write_json(rd.path("report.json"), report)
-    plot_trajectories(rd.path("compare.png"), s["t"], sgd=s, ode=o, title=title or (
-        f"ODE (dashed) vs SGD seed mean ± std (heads in canonical order), D={sgd.dim}, "
-        f"{len(sgd.seeds)} seeds, "
-        f"{cfg.model.activation}"))
+    sgd_escapes = [np.nan if e is None else e for e in report["escape"]["sgd"]]
+    plot_fan(rd.path("compare.png"), s["t"], o, overlay=s,
+             escapes=(np.asarray(sgd_escapes, dtype=float), escapes),
+             labels=(what, f"SGD, {len(sgd.seeds)} seeds"), title=title or (
+                 f"theory vs SGD at D={sgd.dim}, {cfg.model.activation}, heads in canonical "
+                 "order"))
     return report

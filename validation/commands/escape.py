@@ -1,16 +1,17 @@
-"""`headflow escape CONFIG`: escape times versus D against the linear-stability prediction."""
+"""`headflow escape CONFIG`: escape times versus D against the parameter-free SDE prediction
+and the calibrated linear-stability prediction."""
 
 from __future__ import annotations
 
 import argparse
-
+import math
 
 from dynamics import ConfigError
 from dynamics.measures import ESCAPE_THRESHOLD
 
 from .._json import write as write_json
 from .._rundir import run_dir
-from ..experiments.escape import escape_study
+from ..experiments.escape import EXTRAPOLATE, escape_study
 from ..plots.phases import plot_escape
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
                       positive_int, replace_out, show_progress)
@@ -29,18 +30,34 @@ def dims_list(text: str) -> list[int]:
     return sorted(set(dims))
 
 
+def extrapolate_list(text: str) -> list[int]:
+    """`"10000,100000"` → `[10000, 100000]`; `""` → `[]` (no extrapolation). Every dimension
+    must be an integer ≥ 2."""
+    try:
+        dims = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers (or nothing), got "
+                                         f"{text!r}") from None
+    if dims and min(dims) < 2:
+        raise argparse.ArgumentTypeError(f"dimensions must be >= 2, got {text!r}")
+    return sorted(set(dims))
+
+
 EXAMPLE = "headflow escape validation/configs/escape.toml --dims 250,500,1000 --seeds 16"
 """Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("escape", help="escape times vs D against the linear-stability "
-                       "prediction (--dims, --seeds)",
+    p = sub.add_parser("escape", help="escape times vs D against the SDE and the "
+                       "linear-stability predictions (--dims, --seeds, --paths)",
                        description="Run online SGD at each D of --dims over --seeds, measure "
                        "the escape time from the unspecialized plateau of every run, fit its "
-                       "slope in ln D with a 95%% interval, and compare it with the slope "
-                       "predicted by the tangent-linear equation along the symmetric "
-                       "trajectory (escape.json, escape.npz, escape.png). See docs/phases.md.")
+                       "slope in ln D with a 95%% interval, and compare with the parameter-free "
+                       "prediction of the overlaps' SDE (--paths paths at each D and at the "
+                       "--extrapolate dimensions; no fitted constant) and with the calibrated "
+                       "tangent-linear prediction along the symmetric trajectory (one fitted "
+                       "offset). Writes escape.json, escape.npz, escape.png. See "
+                       "docs/phases.md and docs/sde.md.")
     add_config_args(p)
     p.add_argument("--dims", type=dims_list, default=[250, 500, 1000, 2000, 4000],
                    help="comma-separated dimensions D (default 250,500,1000,2000,4000)")
@@ -52,6 +69,14 @@ def register(sub) -> None:
                    help=f"head-spread level of the escape (default {ESCAPE_THRESHOLD})")
     p.add_argument("--n-times", type=positive_int, default=121, dest="n_times",
                    help="save points of the linear-stability integration (default 121)")
+    p.add_argument("--paths", type=positive_int,
+                   help="SDE paths per D (overrides sde.paths)")
+    p.add_argument("--extrapolate", type=extrapolate_list,
+                   default=list(EXTRAPOLATE), metavar="D1,D2,...",
+                   help="dimensions beyond SGD's reach at which to run the SDE too (default "
+                   + ",".join(str(d) for d in EXTRAPOLATE) + "; empty to skip)")
+    p.add_argument("--no-sde", action="store_true", dest="no_sde",
+                   help="skip the SDE prediction (only SGD and the linear stability)")
     p.add_argument("--engine-field", action="store_true",
                    help="use the engine's Monte Carlo nodes instead of the head-permutation-"
                    "closed ones for the linear stability (not exactly equivariant)")
@@ -59,32 +84,123 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
-    cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max")
+    cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max", paths="sde.paths")
     if cfg.model.H < 2:
         raise ConfigError(f"model.H = {cfg.model.H}: escape times need at least 2 heads")
-    out = out_dir(args, "escape", cfg, extra=f"{args.dims}{args.threshold}")
+    sde = not args.no_sde
+    extrapolate = args.extrapolate if sde else []
+    small = [d for d in [*args.dims, *extrapolate] if d < cfg.model.F + 1]
+    if small:
+        raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
+                          "teacher needs F + 1 orthogonal directions)")
+    if sde and cfg.sde.dt > cfg.training.t_max:
+        raise ConfigError(f"sde.dt = {cfg.sde.dt}: must be <= training.t_max")
+    paths = cfg.sde.paths if sde else None
+    out = out_dir(args, "escape", cfg, extra=f"{args.dims}{args.threshold}"
+                  + (f"sde{extrapolate}" if sde else ""))
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="escape", config_toml=cfg.to_toml(),
-                 meta={"dims": args.dims, "seeds": cfg.sim.seeds,
-                       "dtype": {"sgd": cfg.sim.run_dtype, "ode": "float64"}}) as rd:
+                 meta={"dims": args.dims, "seeds": cfg.sim.seeds, "sde_paths": paths,
+                       "extrapolate": extrapolate,
+                       "dtype": {"sgd": cfg.sim.run_dtype, "ode": "float64",
+                                 "sde": "float64"}}) as rd:
         with rd.timed("escape"):
             report, arrays = escape_study(cfg, args.dims, cfg.sim.seeds,
                                           threshold=args.threshold, n_times=args.n_times,
                                           equivariant=not args.engine_field,
+                                          sde_paths=paths, extrapolate=extrapolate,
                                           progress=show_progress())
+        if sde:
+            rd.meta["sde"] = {**report["sde_settings"], "wall_s": report["wall_s"]["sde"]}
         rd.save_npz("escape.npz", arrays)
         write_json(rd.path("escape.json"), report)
         plot_escape(rd.path("escape.png"), report, arrays)
+    for line in summary_lines(report):
+        print(line)
+    return {**report, "out": str(out)}
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    """A number for the text report; `–` for None, `>t_max` for +∞ (a censored quantile)."""
+    if x is None:
+        return "–"
+    if math.isinf(x):
+        return ">t_max"
+    return f"{x:.{digits}f}"
+
+
+def _interval(ci: list | None) -> str:
+    return "[–]" if ci is None else f"[{ci[0]:.3f}, {ci[1]:.3f}]"
+
+
+def _yes(v: bool | None) -> str:
+    return "–" if v is None else ("yes" if v else "NO")
+
+
+def _stats_line(label: str, mean, q: dict, escaped_fraction, censored: int) -> str:
+    return (f"  {label}: SDE mean {_num(mean)}, median {_num(q['0.5'])}, 10–90% "
+            f"[{_num(q['0.1'])}, {_num(q['0.9'])}], escaped {escaped_fraction:.2f}"
+            + (f" ({censored} censored)" if censored else ""))
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The text report of an escape study (slopes, per-D statistics, verdict, warnings)."""
+    lines = []
     lo, hi = report["slope_ci"]
     lam = report["lambda"]
-    print(f"escape slope in ln D: measured {report['slope_measured']:.3f} "
-          f"[{lo:.3f}, {hi:.3f}] (95%), predicted {report['slope_predicted']:.3f} "
-          f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'}); censored runs per D: "
-          f"{report['censored']}")
+    sde = report.get("sde", False)
+    head = (f"escape slope in ln D: measured {report['slope_measured']:.3f} [{lo:.3f}, {hi:.3f}]"
+            " (95%)")
+    if sde:
+        head += (f"; SDE (parameter-free) {_num(report['slope_sde'])} "
+                 f"{_interval(report['slope_sde_ci'])} (95%, {report['paths_sde']} paths per D)")
+    lines.append(head)
+    lines.append(f"  calibrated linear stability (offset c' = {report['offset']:.3f} fitted to "
+                 f"the measured means): slope {report['slope_predicted']:.3f} "
+                 f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'})")
+    for i, D in enumerate(report["dims"]):
+        line = (f"  D = {D}: measured mean {_num(report['escape_mean'][i])} "
+                f"{_interval(report['escape_ci'][i])} (95%), censored {report['censored'][i]}"
+                f" of {report['seeds']}")
+        if sde:
+            q = report["escape_sde_quantiles"][i]
+            line += (f"; SDE mean {_num(report['escape_sde_mean'][i])}, median "
+                     f"{_num(q['0.5'])}, 10–90% [{_num(q['0.1'])}, {_num(q['0.9'])}], escaped "
+                     f"{report['escape_sde_escaped_fraction'][i]:.2f}; inside: "
+                     f"{_yes(report['agrees_sde_mean'][i])}")
+        lines.append(line)
+    if sde and report["extrapolation"]:
+        lines.append("extrapolation (SDE only; calibrated linear prediction in brackets):")
+        for e in report["extrapolation"]:
+            lines.append(_stats_line(f"D = {e['dim']}", e["mean"], e["quantiles"],
+                                     e["escaped_fraction"], e["censored"])
+                         + f" [calibrated {_num(e['calibrated'])}]")
+    if sde:
+        n_in = sum(v is True for v in report["agrees_sde_mean"])
+        lines.append(f"verdict: SDE mean inside the measured 95% interval of the mean at {n_in} "
+                     f"of {len(report['dims'])} D; SDE slope inside the measured slope's 95% "
+                     f"interval: {_yes(report['agrees_sde_slope'])}")
+        if report["slope_sde"] is None:
+            lines.append(f"no SDE slope: {report['slope_sde_reason']}")
     if report["agrees"] is None:
-        print(f"no verdict: {report['agrees_reason']}")
+        lines.append(f"no verdict for the calibrated prediction: {report['agrees_reason']}")
     if any(report["censored"]):
-        print("warning: some runs had not escaped by t_max (left out of the fit, which biases "
-              "the large-D means low); raise --t-max")
-    return {**report, "out": str(out)}
+        lines.append("warning: some SGD runs had not escaped by t_max (left out of the fit, "
+                     "which biases the large-D means low); raise --t-max")
+    if sde:
+        cens = [(D, c) for D, c in zip(report["dims"], report["escape_sde_censored"]) if c]
+        cens += [(e["dim"], e["censored"]) for e in report["extrapolation"] if e["censored"]]
+        if cens:
+            where = ", ".join(f"{c} of {report['paths_sde']} at D = {D}" for D, c in cens)
+            lines.append(f"warning: SDE paths had not escaped by t_max = {report['t_max']:g} "
+                         f"({where}); they are left out of the means and fits, which biases "
+                         "those means low; raise --t-max")
+        bad = [(D, k) for D, k in zip(report["dims"], report["sde_paths_invalid"]) if k]
+        bad += [(e["dim"], e["paths_invalid"]) for e in report["extrapolation"]
+                if e["paths_invalid"]]
+        if bad:
+            where = ", ".join(f"{k} at D = {D}" for D, k in bad)
+            lines.append(f"warning: SDE paths left the PSD domain ({where}); they are kept; a "
+                         "smaller sde.dt reduces this")
+    return lines

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 
 from dynamics import ConfigError, DivergenceError
+from dynamics.measures import escape_quantiles
 from dynamics.ode import BLOWUP
 from dynamics.sde import run_sde
 
@@ -18,10 +19,6 @@ from ._common import (add_config_args, checked, config_from_args, out_dir, posit
 EXAMPLE = ("headflow sde validation/configs/demo.toml --dim 1000 --paths 64 "
            "--set sde.samples_drift=4096")
 """Shown at the end of `--help`."""
-
-QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
-"""The escape-time quantiles of the summary."""
-
 
 def register(sub) -> None:
     p = sub.add_parser("sde", help="ensemble of paths of the overlaps' SDE at dimension D "
@@ -35,13 +32,6 @@ def register(sub) -> None:
     p.add_argument("--dim", type=positive_int, help="D (overrides sim.dim)")
     p.add_argument("--paths", type=positive_int, help="number of paths (overrides sde.paths)")
     p.set_defaults(func=run)
-
-
-def escape_quantiles(escapes: np.ndarray) -> dict[str, float]:
-    """Empirical quantiles of the escape times, a path that never escapes counting as +∞ (a
-    quantile beyond the escaped fraction is then +∞, written `null` in JSON)."""
-    e = np.where(np.isfinite(escapes), escapes, np.inf)
-    return {f"{q:g}": float(np.quantile(e, q, method="inverted_cdf")) for q in QUANTILES}
 
 
 def run(args) -> dict:

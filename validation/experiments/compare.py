@@ -1,19 +1,46 @@
-"""Theory versus simulation: ODE and SGD from matched initial conditions
-(`docs/ode.md#theory-versus-simulation`)."""
+"""Theory versus simulation: the ODE, ODEs per seed or the SDE ensemble against SGD
+(`docs/ode.md#theory-versus-simulation`, `docs/sde.md#comparing-ensembles-with-sgd`)."""
 
 from __future__ import annotations
 
+import diffrax as dfx
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import CROSS_OVERLAPS, ORDER_PARAMETERS, Config, Overlaps
-from dynamics.measures import escape_time
-from dynamics.ode import ODEResult, run_ode
+from dynamics import (CROSS_OVERLAPS, ORDER_PARAMETERS, Config, DivergenceError, HeadflowError,
+                      Overlaps)
+from dynamics.measures import escape_quantiles, escape_time
+from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
+                          run_ode, sized, solve, traced_values, trajectory_risk)
+from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
 
 _PER_HEAD = ("m", "n", "b", "kvs", "vks")
 _HEAD_BY_HEAD = ("q", "s", "kv")
+
+THEORIES = ("sde", "ode", "ode-per-seed")
+"""What `headflow compare --theory` compares SGD with: the SDE ensemble at the run's D, the
+ODE from the seed-mean initial overlaps, or one ODE per seed from its own initial overlaps."""
+
+MEAN_Z_MAX = 4.0
+"""The ensemble means of the risk agree when they differ by at most this many combined
+standard errors at every saved time."""
+
+STD_TOLERANCE = 0.25
+"""The ensemble standard deviations of the risk agree when their ratio (theory/SGD), averaged
+over the saved times t > 0, is within this fraction of one."""
+
+KS_LEVEL = 0.05
+"""The escape-time distributions agree when the two-sample KS test gives `p ≥ KS_LEVEL`."""
+
+NEVER_ESCAPED = ("a run that never escapes counts as escaping at +inf: both ensembles are "
+                 "observed over the same [0, t_max], so this is the same right-censoring on both "
+                 "sides; quantiles beyond the escaped fraction are +inf (null) and the KS test "
+                 "compares the escape-time distributions on [0, t_max] including the fraction "
+                 "that escaped")
+"""How never-escaped runs enter the escape-time comparison (written into the report)."""
 
 
 def canonical_permutation(m_final: np.ndarray) -> np.ndarray:
@@ -38,7 +65,8 @@ def permute_heads(arrays: dict[str, np.ndarray], perm: np.ndarray) -> dict[str, 
 
 
 def canonicalize_seeds(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Put every seed of an SGD record (arrays `(S, T, ...)`) in its canonical head order."""
+    """Put every run of an ensemble (SGD seeds, SDE paths, ODEs per seed: arrays
+    `(S, T, ...)`) in its canonical head order."""
     per_head = _PER_HEAD + _HEAD_BY_HEAD
     S = arrays["m"].shape[0]
     seeds = []
@@ -57,7 +85,6 @@ def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return permute_heads(arrays, canonical_permutation(arrays["m"][-1]))
 
 
-
 def seed_mean_initial(sgd: SGDResult) -> Overlaps:
     """The seed mean of the measured initial overlaps (all blocks, cross terms included)."""
     return jax.tree.map(lambda x: jnp.mean(x[:, 0], axis=0), sgd.overlaps)
@@ -65,6 +92,45 @@ def seed_mean_initial(sgd: SGDResult) -> Overlaps:
 
 def _sup(x: np.ndarray) -> float:
     return float(np.max(np.abs(x))) if x.size else 0.0
+
+
+def _deviations(sgd: dict[str, np.ndarray], center: dict[str, np.ndarray], t_pre: float, *,
+                dim: int, seeds: int) -> dict:
+    """The sup-norm deviations of a theory curve `center` (arrays `(T, ...)`: the ODE, or the
+    mean of a theory ensemble) from the SGD seed mean, over the run and before `t_pre`, with
+    the seed spread (`sgd` in canonical head order)."""
+    t = sgd["t"]
+    rs, ro = sgd["risk"].mean(axis=0), center["risk"]
+    pre = t <= t_pre
+    rep: dict = {"dim": int(dim), "seeds": int(seeds), "t_max": float(t[-1])}
+    dev = np.abs(ro - rs)
+    rep["risk_sup_abs"] = float(dev.max())
+    rep["risk_sup_rel"] = float((dev / np.abs(rs)).max())
+    rep["risk_spread"] = float(sgd["risk"].std(axis=0, ddof=1).max()) if seeds > 1 else 0.0
+    for name in ORDER_PARAMETERS:
+        mean = sgd[name].mean(axis=0)
+        rep[f"{name}_sup_abs"] = _sup(center[name] - mean)
+        rep[f"{name}_spread"] = _sup(sgd[name].std(axis=0, ddof=1)) if seeds > 1 else 0.0
+    rep["cross_sup_sgd"] = max(_sup(sgd[c].mean(axis=0)) for c in CROSS_OVERLAPS)
+    rep["pre_escape"] = {
+        "t_end": float(t_pre),
+        "risk_sup_abs": float(dev[pre].max()),
+        "risk_sup_rel": float((dev[pre] / np.abs(rs[pre])).max()),
+        **{f"{n}_sup_abs": _sup(center[n][pre] - sgd[n][:, pre].mean(axis=0))
+           for n in ORDER_PARAMETERS},
+    }
+    return rep
+
+
+def _sgd_escapes(sgd: dict[str, np.ndarray]) -> list[float | None]:
+    t = sgd["t"]
+    return [escape_time(t, sgd["m"][i], sgd["q"][i]) for i in range(sgd["m"].shape[0])]
+
+
+def _pre_escape_end(t: np.ndarray, escapes: list[float | None]) -> float:
+    """The end of the pre-escape window: the first escape of any run, else the last time."""
+    found = [e for e in escapes if e is not None]
+    return min(found) if found else float(t[-1])
 
 
 def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, dim: int,
@@ -80,51 +146,311 @@ def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, 
     sgd, ode = canonicalize_seeds(sgd), canonicalize(ode)
     t = sgd["t"]
     rs, ro = sgd["risk"].mean(axis=0), ode["risk"]
-    esc_sgd = [escape_time(t, sgd["m"][i], sgd["q"][i]) for i in range(seeds)]
+    esc_sgd = _sgd_escapes(sgd)
     esc_ode = escape_time(t, ode["m"], ode["q"])
-    candidates = [e for e in esc_sgd + [esc_ode] if e is not None]
-    t_pre = min(candidates) if candidates else float(t[-1])
-    pre = t <= t_pre
-
-    rep: dict = {"dim": int(dim), "seeds": int(seeds), "t_max": float(t[-1])}
-    dev = np.abs(ro - rs)
-    rep["risk_sup_abs"] = float(dev.max())
-    rep["risk_sup_rel"] = float((dev / np.abs(rs)).max())
-    rep["risk_spread"] = float(sgd["risk"].std(axis=0, ddof=1).max()) if seeds > 1 else 0.0
+    rep = _deviations(sgd, ode, _pre_escape_end(t, esc_sgd + [esc_ode]), dim=dim, seeds=seeds)
     rep["risk_mc_err"] = float(max(sgd["risk_err"].max(), ode["risk_err"].max()))
-    for name in ORDER_PARAMETERS:
-        mean = sgd[name].mean(axis=0)
-        rep[f"{name}_sup_abs"] = _sup(ode[name] - mean)
-        rep[f"{name}_spread"] = _sup(sgd[name].std(axis=0, ddof=1)) if seeds > 1 else 0.0
-    rep["cross_sup_sgd"] = max(_sup(sgd[c].mean(axis=0)) for c in CROSS_OVERLAPS)
-    rep["pre_escape"] = {
-        "t_end": float(t_pre),
-        "risk_sup_abs": float(dev[pre].max()),
-        "risk_sup_rel": float((dev[pre] / np.abs(rs[pre])).max()),
-        **{f"{n}_sup_abs": _sup(ode[n][pre] - sgd[n][:, pre].mean(axis=0))
-           for n in ORDER_PARAMETERS},
-    }
+    dev = abs(float(ro[-1] - rs[-1]))
     rep["final"] = {"t": float(t[-1]), "risk_ode": float(ro[-1]), "risk_sgd": float(rs[-1]),
-                    "risk_abs": float(dev[-1]), "risk_rel": float(dev[-1] / abs(rs[-1])),
+                    "risk_abs": dev, "risk_rel": dev / abs(float(rs[-1])),
                     "risk_sgd_sem": float(sgd["risk"][:, -1].std(ddof=1) / np.sqrt(seeds))
                     if seeds > 1 else 0.0}
     rep["escape"] = {"sgd": esc_sgd, "ode": esc_ode,
                      "sgd_escaped": int(sum(e is not None for e in esc_sgd))}
+    return {k: rep[k] for k in _ODE_KEYS}
+
+
+_ODE_KEYS = ("dim", "seeds", "t_max", "risk_sup_abs", "risk_sup_rel", "risk_spread",
+             "risk_mc_err", *(f"{n}_{w}" for n in ORDER_PARAMETERS for w in ("sup_abs", "spread")),
+             "cross_sup_sgd", "pre_escape", "final", "escape")
+"""The keys of the ODE report, in their order."""
+
+
+# -- ensembles ---------------------------------------------------------------------------------
+
+def ensemble_moments(a: np.ndarray) -> dict[str, np.ndarray]:
+    """Mean and standard deviation over the leading (run) axis of `a (N, T, ...)`, each with
+    its standard error: `mean_se = std/√N`, and `std_se` by the delta method from the standard
+    error of the sample variance, `√((μ₄ − s⁴ (N−3)/(N−1))/N) / (2s)` with the fourth central
+    moment μ₄ (no normality assumed: at the escape the runs are bimodal). NaN where N < 2."""
+    a = np.asarray(a, dtype=np.float64)
+    n = a.shape[0]
+    mean = a.mean(axis=0)
+    if n < 2:
+        nan = np.full_like(mean, np.nan)
+        return {"mean": mean, "mean_se": nan, "std": nan, "std_se": nan}
+    var = a.var(axis=0, ddof=1)
+    std = np.sqrt(var)
+    m4 = np.mean((a - mean) ** 4, axis=0)
+    var_se = np.sqrt(np.clip(m4 - var**2 * (n - 3) / (n - 1), 0.0, None) / n)
+    std_se = np.divide(var_se, 2 * std, out=np.zeros_like(std), where=std > 0)
+    return {"mean": mean, "mean_se": std / np.sqrt(n), "std": std, "std_se": std_se}
+
+
+def escape_ks(sgd_escapes, theory_escapes) -> tuple[float, float]:
+    """`(statistic, p)` of the two-sample Kolmogorov–Smirnov test (`scipy.stats.ks_2samp`,
+    two-sided) between two ensembles' escape times (None or NaN: never escaped), a run that
+    never escapes counting as +∞ ([`NEVER_ESCAPED`][]). Two ensembles in which no run escapes
+    have the same distribution: statistic 0, p = 1."""
+    from scipy.stats import ks_2samp    # scipy.stats is slow to import
+
+    def censored(e) -> np.ndarray:
+        x = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
+        return np.where(np.isfinite(x), x, np.inf)
+
+    a, b = censored(sgd_escapes), censored(theory_escapes)
+    res = ks_2samp(a, b)
+    return float(res.statistic), float(res.pvalue)
+
+
+def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndarray,
+                       sgd_escapes, theory_escapes) -> dict:
+    """The three verdicts of issue 12 on the risk of two ensembles (`(S, T)` and `(N, T)` on
+    the common grid `t`) and their escape times (None/NaN: never escaped):
+
+    - `mean`: the ensemble means differ by at most [`MEAN_Z_MAX`][] combined standard errors
+      `√(se_sgd² + se_theory²)` at every saved time (`z_max`, at `t_z_max`);
+    - `std`: the ratio of the standard deviations (theory/SGD), averaged over the saved times
+      t > 0, is within [`STD_TOLERANCE`][] of one (`ratio_mean`);
+    - `escape`: the two-sample KS test of the escape times gives `p ≥ KS_LEVEL`
+      ([`escape_ks`][]; never-escaped runs as in [`NEVER_ESCAPED`][]).
+
+    Each has `agree` (None where an ensemble has fewer than two runs, so there is no standard
+    error); `all` is true when every verdict that could be made agrees."""
+    s, th = ensemble_moments(sgd_risk), ensemble_moments(theory_risk)
+    se = np.sqrt(s["mean_se"] ** 2 + th["mean_se"] ** 2)
+    diff = np.abs(th["mean"] - s["mean"])
+    z = np.divide(diff, se, out=np.where(diff > 0, np.inf, 0.0), where=se > 0)
+    small = sgd_risk.shape[0] < 2 or theory_risk.shape[0] < 2
+    k = int(np.nanargmax(z)) if not small else 0
+    mean = {"agree": None if small else bool(z[k] <= MEAN_Z_MAX),
+            "z_max": None if small else float(z[k]), "t_z_max": float(t[k]),
+            "threshold": MEAN_Z_MAX}
+    later = np.asarray(t) > t[0]
+    num, den = th["std"][later], s["std"][later]
+    both_zero = (num == 0) & (den == 0)
+    ratio = np.divide(num, den, out=np.where(both_zero, 1.0, np.inf), where=den > 0)
+    ratio_mean = float(ratio.mean()) if ratio.size and not small else float("nan")
+    std = {"agree": None if small or not later.any()
+           else bool(abs(ratio_mean - 1.0) <= STD_TOLERANCE),
+           "ratio_mean": ratio_mean, "tolerance": STD_TOLERANCE}
+    stat, p = escape_ks(sgd_escapes, theory_escapes)
+    escape = {"agree": bool(p >= KS_LEVEL), "ks_statistic": stat, "ks_p": p,
+              "level": KS_LEVEL}
+    made = [v["agree"] for v in (mean, std, escape) if v["agree"] is not None]
+    return {"mean": mean, "std": std, "escape": escape, "all": bool(all(made))}
+
+
+def ensemble_series(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray]
+                    ) -> dict[str, np.ndarray]:
+    """The moments over time of both ensembles (both in canonical head order): for the risk and
+    every order parameter `NAME`, `{sgd,theory}_{mean,mean_se,std,std_se}_NAME` with the shape
+    of one run (`(T, ...)`), plus `t` (the `ensemble.npz` arrays)."""
+    out = {"t": np.asarray(sgd["t"])}
+    for side, arrays in (("sgd", sgd), ("theory", theory)):
+        for name in ("risk",) + ORDER_PARAMETERS:
+            for stat, v in ensemble_moments(arrays[name]).items():
+                out[f"{side}_{stat}_{name}"] = v
+    return out
+
+
+def _summary(series: dict[str, np.ndarray], name: str) -> dict:
+    """Per quantity: the largest `|Δmean|` in combined standard errors over time and
+    components, the mean std ratio (theory/SGD) over t > 0 and components, and the final
+    values of both ensembles."""
+    g = {stat: series[f"sgd_{stat}_{name}"] for stat in ("mean", "mean_se", "std", "std_se")}
+    h = {stat: series[f"theory_{stat}_{name}"] for stat in ("mean", "mean_se", "std", "std_se")}
+    se = np.sqrt(g["mean_se"] ** 2 + h["mean_se"] ** 2)
+    diff = np.abs(h["mean"] - g["mean"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(se > 0, diff / se, np.where(diff > 0, np.inf, 0.0))
+        later = series["t"] > series["t"][0]
+        ratio = h["std"][later] / g["std"][later]
+    ratio = ratio[np.isfinite(ratio)]
+
+    def last(d: dict) -> dict:
+        return {k: v[-1].tolist() for k, v in d.items()}
+
+    return {"mean_z_max": float(np.nanmax(z)) if np.isfinite(se).any() else None,
+            "std_ratio_mean": float(ratio.mean()) if ratio.size else None,
+            "final_sgd": last(g), "final_theory": last(h)}
+
+
+def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *, dim: int,
+                    theory_name: str) -> dict:
+    """The agreement of a theory ensemble (SDE paths or ODEs per seed, arrays `(N, T, ...)`)
+    with the SGD seeds (`(S, T, ...)`) on the common grid `sgd["t"]`, every run in its
+    canonical head order.
+
+    The report has the keys of [`agreement_report`][] computed against the theory ensemble's
+    mean (`final` with `risk_theory` and its standard error, `escape` with both ensembles'
+    escape times, their quantiles and the KS test), `verdicts` ([`agreement_verdicts`][]) and
+    `ensemble` (per quantity: the largest mean difference in standard errors, the mean std
+    ratio and both final moments)."""
+    sgd, theory = canonicalize_seeds(sgd), canonicalize_seeds(theory)
+    t = sgd["t"]
+    S, N = sgd["risk"].shape[0], theory["risk"].shape[0]
+    if theory["risk"].shape[1] != len(t):
+        raise HeadflowError(f"theory has {theory['risk'].shape[1]} saved times, SGD {len(t)}")
+    series = ensemble_series(sgd, theory)
+    center = {n: series[f"theory_mean_{n}"] for n in ("risk",) + ORDER_PARAMETERS}
+    esc_sgd = _sgd_escapes(sgd)
+    esc_th = [escape_time(t, theory["m"][i], theory["q"][i]) for i in range(N)]
+    rep = {"theory": theory_name,
+           **_deviations(sgd, center, _pre_escape_end(t, esc_sgd + esc_th), dim=dim, seeds=S),
+           "paths": int(N)}
+    rep["risk_mc_err"] = float(max(sgd["risk_err"].max(), theory["risk_err"].max()))
+    rs, rt = series["sgd_mean_risk"], series["theory_mean_risk"]
+    dev = abs(float(rt[-1] - rs[-1]))
+    rep["final"] = {"t": float(t[-1]), "risk_theory": float(rt[-1]),
+                    "risk_theory_sem": float(series["theory_mean_se_risk"][-1]),
+                    "risk_sgd": float(rs[-1]), "risk_abs": dev,
+                    "risk_rel": dev / abs(float(rs[-1])),
+                    "risk_sgd_sem": float(series["sgd_mean_se_risk"][-1]) if S > 1 else 0.0}
+    rep["escape"] = {"sgd": esc_sgd, "theory": esc_th,
+                     "sgd_escaped": int(sum(e is not None for e in esc_sgd)),
+                     "theory_escaped": int(sum(e is not None for e in esc_th)),
+                     "sgd_quantiles": escape_quantiles(esc_sgd),
+                     "theory_quantiles": escape_quantiles(esc_th),
+                     "never_escaped": NEVER_ESCAPED}
+    rep["verdicts"] = agreement_verdicts(t, sgd["risk"], theory["risk"], esc_sgd, esc_th)
+    rep["escape"]["ks_statistic"] = rep["verdicts"]["escape"]["ks_statistic"]
+    rep["escape"]["ks_p"] = rep["verdicts"]["escape"]["ks_p"]
+    rep["ensemble"] = {n: _summary(series, n) for n in ("risk",) + ORDER_PARAMETERS}
     return rep
 
 
+# -- theories ----------------------------------------------------------------------------------
+
+class ODEEnsemble(eqx.Module):
+    """One ODE per SGD seed, each from that seed's measured initial overlaps: `t` (T),
+    `overlaps` (leaves `(S, T, ...)`), `risk`, `risk_err` (S, T) and the solver's steps per
+    seed."""
+
+    t: np.ndarray
+    overlaps: Overlaps
+    risk: np.ndarray
+    risk_err: np.ndarray
+    num_steps: tuple[int, ...] = eqx.field(static=True, default=())
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The arrays of `sgd.npz` (seed axis first)."""
+        return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
+                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays()}
+
+
+@eqx.filter_jit
+def _solve_seeds(field, ov0s: Overlaps, ts, integrator: Integrator):
+    """[`dynamics.ode.solve`][] vmapped over the initial states."""
+    sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
+    return sol.ys, sol.result, sol.stats["num_steps"]
+
+
+def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
+    """The configured ODE (`[ode]`: form, nodes, solver) from each seed's own measured initial
+    overlaps, on the SGD save grid, all seeds in one vmapped solve (one compiled program, the
+    same field and integrator as [`dynamics.ode.run_ode`][]; `samples = "auto"` is sized once,
+    from the seed-mean start).
+
+    **Raises:** [`dynamics.DivergenceError`][] / [`dynamics.HeadflowError`][] naming the first
+    seed whose ODE diverged or hit `ode.max_steps`."""
+    model = cfg.build_model()
+    manifold = cfg.ode.form == "manifold"
+    ov0s = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
+    if manifold:
+        ov0s = jax.vmap(lambda o: o.on_manifold())(ov0s)
+    S = int(np.shape(ov0s.m)[0])
+    for i in range(S):
+        jax.tree.map(lambda x: np.asarray(x[i]), ov0s).check_psd(
+            model.rho, what=f"initial overlaps of seed {sgd.seeds[i]}")
+    times = np.asarray(sgd.t, dtype=np.float64)
+    center = jax.tree.map(lambda x: jnp.mean(x, axis=0), ov0s)
+    cfg, _ = sized(cfg, model, center, times)
+    backend = backend_of(cfg)
+    field = build_field(cfg, model, backend)
+    integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+    ys, result, steps = jax.block_until_ready(
+        _solve_seeds(traced_values(field), ov0s, jnp.asarray(times), integrator))
+    for i in range(S):
+        one = jax.tree.map(lambda x: np.asarray(x[i]), ys)
+        finite = np.all(np.stack([np.isfinite(x).reshape(len(times), -1).all(axis=1)
+                                  for x in jax.tree.leaves(one)]), axis=0)
+        try:
+            explain(jax.tree.map(lambda x: x[i], result), times, finite, integrator)
+        except HeadflowError as failed:
+            raise type(failed)(f"seed {sgd.seeds[i]}: {failed}") from None
+    flat = jax.tree.map(lambda x: x.reshape(S * len(times), *x.shape[2:]), ys)
+    risk, err = trajectory_risk(model, flat, backend, manifold=manifold)
+    return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk).reshape(S, -1),
+                       risk_err=np.asarray(err).reshape(S, -1),
+                       num_steps=tuple(int(n) for n in np.asarray(steps)))
+
+
+def run_sde_checked(cfg: Config, dim: int, paths: int | None, *, progress: bool = False
+                    ) -> SDEResult:
+    """[`dynamics.sde.run_sde`][] at `dim`; a one-line [`dynamics.DivergenceError`][] when a
+    path diverged (NaN/inf or above `BLOWUP`). Paths that only left the PSD cone are kept
+    (`paths_invalid` in the report)."""
+    res = run_sde(cfg, dim=dim, paths=paths, progress=progress)
+    bounded = res.paths_bounded
+    if not bounded.all():
+        bad = np.flatnonzero(~bounded)
+        first = np.asarray(res.first_invalid)[bad]
+        raise DivergenceError(f"{len(bad)} of {len(bounded)} SDE paths diverged (NaN/inf or "
+                              f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g},"
+                              f" path {int(bad[0])}); try a smaller sde.dt (now "
+                              f"{cfg.sde.dt:g}) or training.lr")
+    return res
+
+
 def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
-            progress: bool = False) -> tuple[SGDResult, ODEResult, dict]:
-    """SGD at `dim` over `seeds`, then the ODE started from the seed mean of the measured
-    initial overlaps on the same time grid; returns both and the agreement report."""
+            theory: str = "ode", paths: int | None = None, progress: bool = False
+            ) -> tuple[SGDResult, ODEResult | ODEEnsemble | SDEResult, dict]:
+    """SGD at `dim` over `seeds`, then the `theory` ([`THEORIES`][]) on the same time grid;
+    returns both and the report.
+
+    - `"ode"`: the ODE from the seed mean of the measured initial overlaps
+      ([`agreement_report`][]);
+    - `"ode-per-seed"`: one ODE per seed from its own initial overlaps
+      ([`run_ode_per_seed`][]);
+    - `"sde"`: `paths` SDE paths at the run's D (default `[sde] paths`), each from its own
+      random start ([`run_sde_checked`][]).
+
+    For the two ensembles the report is [`ensemble_report`][]; their moments over time are
+    [`ensemble_series`][] of the [`canonical_arrays`][]."""
+    if theory not in THEORIES:
+        raise HeadflowError(f"--theory {theory!r}: choose from {', '.join(THEORIES)}")
     sgd = run_sgd(cfg, dim=dim, seeds=seeds, progress=progress)
-    ov0 = seed_mean_initial(sgd)
-    ode = run_ode(cfg, ov0, np.asarray(sgd.t), progress=progress)
-    report = agreement_report(sgd.arrays(), ode.arrays(), dim=sgd.dim, seeds=len(sgd.seeds))
-    report["ode_form"] = cfg.ode.form
-    return sgd, ode, report
+    if theory == "ode":
+        ode = run_ode(cfg, seed_mean_initial(sgd), np.asarray(sgd.t), progress=progress)
+        report = {"theory": "ode", **agreement_report(sgd.arrays(), ode.arrays(), dim=sgd.dim,
+                                                      seeds=len(sgd.seeds))}
+        report["ode_form"] = cfg.ode.form
+        return sgd, ode, report
+    res: ODEEnsemble | SDEResult
+    if theory == "ode-per-seed":
+        res = run_ode_per_seed(cfg, sgd)
+    else:
+        res = run_sde_checked(cfg, sgd.dim, paths, progress=progress)
+    th = res.arrays()
+    th["t"] = np.asarray(sgd.t)
+    report = ensemble_report(sgd.arrays(), th, dim=sgd.dim, theory_name=theory)
+    if theory == "ode-per-seed":
+        report["ode_form"] = cfg.ode.form
+    else:
+        assert isinstance(res, SDEResult)
+        invalid = ~res.paths_valid
+        first = np.asarray(res.first_invalid)
+        report["sde"] = {**{k: res.info[k] for k in ("dt", "solver", "noise", "samples_drift",
+                                                      "samples_noise", "seed", "steps")},
+                         "paths_invalid": int(invalid.sum()),
+                         "first_invalid_t": float(np.nanmin(first)) if invalid.any() else None}
+    return sgd, res, report
 
 
-def canonical_arrays(sgd: SGDResult, ode: ODEResult) -> tuple[dict, dict]:
+def canonical_arrays(sgd: SGDResult, theory: ODEResult | ODEEnsemble | SDEResult
+                     ) -> tuple[dict, dict]:
     """Both runs' arrays in canonical head order (for figures)."""
-    return canonicalize_seeds(sgd.arrays()), canonicalize(ode.arrays())
+    th = theory.arrays()
+    return canonicalize_seeds(sgd.arrays()), (canonicalize(th) if th["risk"].ndim == 1
+                                              else canonicalize_seeds(th))

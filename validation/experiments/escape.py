@@ -14,7 +14,15 @@ against the linear-stability prediction of [`dynamics.analysis`][].
   prediction from the initial perturbation alone; SGD keeps injecting `O(1/√D)` noise during the
   plateau, which raises the effective amplitude by a D-independent factor, so the main
   prediction fits `c'` (one number: where on the growth curve the escapes happen) and predicts
-  the *slope*, `d t_esc / d ln D = 1/(2λ(t_esc))`, from the growth rate alone.
+  the *slope*, `d t_esc / d ln D = 1/(2λ(t_esc))`, from the growth rate alone. Reports call
+  it the **calibrated** prediction.
+- **SDE** (parameter-free): paths of the overlaps' diffusion limit ([`dynamics.sde.run_sde`][],
+  `docs/sde.md`) at each D, each from its own random start at D, with the escape time measured
+  on every path exactly as on an SGD run. Nothing is fitted: its mean, median and 10/90%
+  quantiles per D, its slope in `ln D` by the same least-squares fit as the measured one
+  ([`fit_slope`][]), and the same statistics at dimensions SGD cannot reach (the SDE's cost does
+  not depend on D). Censored paths (no escape by `t_max`) are counted and left out of means and
+  fits, as for SGD.
 
 Decisions and their reasons: `docs/phases.md`.
 """
@@ -27,10 +35,11 @@ import time
 import jax.random as jr
 import numpy as np
 
-from dynamics import Config, HeadflowError, StepSizes
+from dynamics import Config, DivergenceError, HeadflowError, StepSizes
 from dynamics import analysis as stab
-from dynamics.measures import ESCAPE_THRESHOLD, escape_time, head_spread, persistent_crossing
-from dynamics.ode import Integrator, backend_of, symmetric_start
+from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
+                               persistent_crossing)
+from dynamics.ode import BLOWUP, Integrator, backend_of, symmetric_start
 from sims import sgd_overlaps
 
 DRAWS = 512
@@ -39,6 +48,12 @@ DRAWS = 512
 DRAW_DIM = 4096
 """Dimension at which those draws are made (the law of `√D ×` the head differences barely
 depends on D)."""
+
+STAT_QUANTILES = (0.1, 0.5, 0.9)
+"""The escape-time quantiles of the per-D statistics ([`escape_stats`][])."""
+
+EXTRAPOLATE = (10_000, 100_000, 1_000_000)
+"""Default dimensions of the SDE extrapolation (beyond the reach of SGD)."""
 
 
 @dataclasses.dataclass
@@ -212,16 +227,169 @@ def predicted_slope(theory: LinearTheory, dims, times: np.ndarray, offset: float
     return float(np.sum(w * (x - xm) * (np.nan_to_num(pred) - ym)) / np.sum(w * (x - xm) ** 2))
 
 
+def escape_stats(times, level: float = 0.95) -> dict:
+    """Statistics of one ensemble's escape times (`times (n,)`, NaN: censored, i.e. no escape
+    by `t_max`), for SGD runs and SDE paths alike.
+
+    **Returns:** `mean` and `sem` over the escaped runs (None with fewer than one / two), `ci`
+    (the Student-t interval of the mean at `level`, None with fewer than two), `quantiles`
+    ([`STAT_QUANTILES`][] by [`dynamics.measures.escape_quantiles`][]: a censored run counts
+    as +∞, so a quantile beyond the escaped fraction is +∞, `null` in JSON), `median`,
+    `runs`, `escaped`, `censored` and `escaped_fraction`. The mean leaves the censored runs out
+    and so is biased low when any are."""
+    from scipy import stats
+
+    e = np.asarray(times, dtype=np.float64).ravel()
+    ok = np.isfinite(e)
+    n = int(ok.sum())
+    mean = float(e[ok].mean()) if n else None
+    sem = float(e[ok].std(ddof=1) / np.sqrt(n)) if n > 1 else None
+    ci = None
+    if sem is not None and mean is not None:
+        half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sem
+        ci = [mean - half, mean + half]
+    q = escape_quantiles(e, STAT_QUANTILES)
+    return {"mean": mean, "sem": sem, "ci": ci, "median": q["0.5"], "quantiles": q,
+            "runs": int(len(e)), "escaped": n, "censored": int(len(e) - n),
+            "escaped_fraction": n / len(e) if len(e) else None}
+
+
+@dataclasses.dataclass
+class SDEEscapes:
+    """Escape times of SDE paths: `times (len(dims), paths)` (NaN: no escape by `t_max`),
+    per D the number of paths that left the PSD domain (`invalid`, kept as computed) and the
+    run's settings (`info`, from [`dynamics.sde.SDEResult`][]), and the wall time."""
+
+    dims: list[int]
+    times: np.ndarray
+    invalid: list[int]
+    info: dict
+    wall_s: float
+
+
+def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE_THRESHOLD,
+                     progress: bool = False) -> SDEEscapes:
+    """Run `paths` paths of the overlaps' SDE at each D of `dims` to `training.t_max` (on the
+    `[output]` grid, `[sde]` settings) and measure each path's escape time with
+    [`dynamics.measures.escape_time`][] at `threshold`, as for SGD.
+
+    **Raises:** [`dynamics.DivergenceError`][] when any path diverges (NaN/inf or overlaps above
+    the blow-up level), as `headflow sde` does; paths that only left the PSD cone are kept and
+    counted."""
+    from dynamics.sde import run_sde
+
+    dims = [int(d) for d in dims]
+    out = np.full((len(dims), int(paths)), np.nan)
+    invalid, info, t0 = [], {}, time.perf_counter()
+    for i, D in enumerate(dims):
+        res = run_sde(cfg, dim=D, paths=int(paths), progress=progress)
+        bounded = res.paths_bounded
+        if not bounded.all():
+            bad = np.flatnonzero(~bounded)
+            first = np.asarray(res.first_invalid)[bad]
+            raise DivergenceError(
+                f"{len(bad)} of {len(bounded)} SDE paths at D = {D} diverged (NaN/inf or "
+                f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g}, path "
+                f"{int(bad[0])}); try a smaller sde.dt (now {cfg.sde.dt:g}) or training.lr")
+        t = np.asarray(res.t)
+        m, q = np.asarray(res.overlaps.m), np.asarray(res.overlaps.q)
+        for j in range(m.shape[0]):
+            c = escape_time(t, m[j], q[j], threshold)
+            out[i, j] = np.nan if c is None else c
+        invalid.append(int((~res.paths_valid).sum()))
+        info = {k: v for k, v in res.info.items() if k not in ("dim", "first_group_s",
+                                                                "solve_s")}
+    return SDEEscapes(dims=dims, times=out, invalid=invalid, info=info,
+                      wall_s=time.perf_counter() - t0)
+
+
+def _slope_or_reason(dims, times: np.ndarray) -> tuple[dict | None, str | None]:
+    """[`fit_slope`][], or `(None, why)` when too few runs escaped."""
+    if len(dims) == 0:
+        return None, "no dimensions"
+    try:
+        return fit_slope(dims, times), None
+    except HeadflowError as err:
+        return None, str(err)
+
+
+def sde_report(dims, measured: np.ndarray, sde: np.ndarray, *, extrapolate=(),
+               sde_extrapolate: np.ndarray | None = None, level: float = 0.95) -> dict:
+    """The SDE side of the report from escape times alone (NaN: censored): SGD
+    `measured (len(dims), seeds)`, SDE `sde (len(dims), paths)` at the same dimensions and
+    `sde_extrapolate (len(extrapolate), paths)` beyond them.
+
+    **Returns:** `slope_sde` (its `slope_sde_ci`, `slope_sde_stderr`, `intercept_sde`: the
+    same OLS as the measured slope, [`fit_slope`][]; None with `slope_sde_reason` when fewer
+    than two dimensions escaped), `escape_sde_mean`, `escape_sde_sem`, `escape_sde_median`,
+    `escape_sde_quantiles`, `escape_sde_escaped_fraction`, `escape_sde_censored` (one per D),
+    `extrapolation` (per D: `dim` and the [`escape_stats`][]), `slope_sde_all` (the fit over
+    both sets of dimensions), and the verdict: `agrees_sde_mean` (per D: the SDE mean inside
+    the measured `level` interval of the mean; None where either is missing),
+    `agrees_sde_slope` (slope_sde inside the measured slope's interval) and `agrees_sde`
+    (both, at every D)."""
+    dims = [int(d) for d in dims]
+    meas = [escape_stats(r, level) for r in measured]
+    st = [escape_stats(r, level) for r in sde]
+    fit, why = _slope_or_reason(dims, sde)
+    mfit, _ = _slope_or_reason(dims, measured)
+    agree_mean = [None if a["ci"] is None or b["mean"] is None
+                  else bool(a["ci"][0] <= b["mean"] <= a["ci"][1]) for a, b in zip(meas, st)]
+    agree_slope = (None if fit is None or mfit is None
+                   else bool(mfit["ci"][0] <= fit["slope"] <= mfit["ci"][1]))
+    verdicts = [*agree_mean, agree_slope]
+    ext = [int(d) for d in extrapolate]
+    ext_times = (np.empty((0, sde.shape[1])) if sde_extrapolate is None
+                 else np.asarray(sde_extrapolate, dtype=np.float64))
+    if len(ext) != len(ext_times):
+        raise ValueError(f"{len(ext)} extrapolation dimensions, {len(ext_times)} rows of times")
+    fit_all, _ = (_slope_or_reason(dims + ext, np.concatenate([sde, ext_times]))
+                  if ext else (None, None))
+    return {
+        "slope_sde": None if fit is None else fit["slope"],
+        "slope_sde_ci": None if fit is None else fit["ci"],
+        "slope_sde_stderr": None if fit is None else fit["stderr"],
+        "intercept_sde": None if fit is None else fit["intercept"],
+        "slope_sde_reason": why,
+        "escape_sde_mean": [s["mean"] for s in st],
+        "escape_sde_sem": [s["sem"] for s in st],
+        "escape_sde_median": [s["median"] for s in st],
+        "escape_sde_quantiles": [s["quantiles"] for s in st],
+        "escape_sde_escaped_fraction": [s["escaped_fraction"] for s in st],
+        "escape_sde_censored": [s["censored"] for s in st],
+        "extrapolation": [{"dim": d, **escape_stats(r, level)} for d, r in zip(ext, ext_times)],
+        "slope_sde_all": None if fit_all is None else fit_all["slope"],
+        "agrees_sde_mean": agree_mean,
+        "agrees_sde_slope": agree_slope,
+        "agrees_sde": (None if any(v is None for v in verdicts) else all(verdicts)),
+    }
+
+
 def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THRESHOLD,
                  t_max: float | None = None, n_times: int = 121, equivariant: bool = True,
+                 sde_paths: int | None = None, extrapolate=(),
                  progress: bool = False) -> tuple[dict, dict]:
-    """Measured escape times over `dims × seeds` and the linear-stability prediction.
+    """Measured escape times over `dims × seeds`, the (calibrated) linear-stability prediction
+    and, with `sde_paths`, the parameter-free SDE prediction at `dims` and at the dimensions
+    of `extrapolate` ([`sde_escape_times`][], [`sde_report`][]).
 
     **Returns:** `(report, arrays)`: the report (JSON-able: `lambda`, `slope_predicted`,
-    `slope_measured`, `slope_ci`, and details) and the arrays for `escape.npz`/figures.
+    `slope_measured`, `slope_ci`, the SDE keys of [`sde_report`][], and details) and the
+    arrays for `escape.npz`/figures.
     """
     dims = [int(d) for d in dims]
     t_max = cfg.training.t_max if t_max is None else float(t_max)
+    extrapolate = [int(d) for d in extrapolate] if sde_paths else []
+    t0 = time.perf_counter()
+    sde = sde_ext = None
+    if sde_paths:
+        cfg_sde = (cfg if t_max == cfg.training.t_max
+                   else cfg.replace(**{"training.t_max": t_max}))
+        sde = sde_escape_times(cfg_sde, dims, sde_paths, threshold=threshold, progress=progress)
+        if extrapolate:
+            sde_ext = sde_escape_times(cfg_sde, extrapolate, sde_paths, threshold=threshold,
+                                       progress=progress)
+    t_sde = time.perf_counter() - t0
     t0 = time.perf_counter()
     times, spreads = sgd_escape_times(cfg, dims, seeds, t_max=t_max, threshold=threshold,
                                       progress=progress)
@@ -264,6 +432,8 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
         "escape_mean": [float(np.nanmean(r)) if np.isfinite(r).any() else None for r in times],
         "escape_sem": [float(np.nanstd(r, ddof=1) / np.sqrt(np.isfinite(r).sum()))
                        if np.isfinite(r).sum() > 1 else None for r in times],
+        "escape_ci": [escape_stats(r)["ci"] for r in times],
+        "escape_quantiles": [escape_stats(r)["quantiles"] for r in times],
         "censored": [int(c) for c in censored],
         "escape_predicted": [None if np.isnan(p) else float(p) for p in pred],
         "escape_predicted_initial": [None if np.isnan(p) else float(p) for p in pred0],
@@ -276,7 +446,23 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
             int(np.argmin(np.abs(theory.t - np.nan_to_num(np.nanmedian(pred), nan=t_max))))]],
         "equivariant_field": equivariant,
         "wall_s": {"sgd": t1 - t0, "linear_theory": t2 - t1},
+        "sde": sde_paths is not None and sde_paths > 0,
     }
+    if sde is not None:
+        ext_times = None if sde_ext is None else sde_ext.times
+        report.update(sde_report(dims, times, sde.times, extrapolate=extrapolate,
+                                 sde_extrapolate=ext_times))
+        calibrated = (np.asarray(theory.escape_times(extrapolate, offset)) if extrapolate
+                      else np.empty(0))
+        for entry, c, k in zip(report["extrapolation"], calibrated,
+                               [] if sde_ext is None else sde_ext.invalid):
+            entry["calibrated"] = None if np.isnan(c) else float(c)
+            entry["paths_invalid"] = k
+        assert sde_paths is not None
+        report["paths_sde"] = int(sde_paths)
+        report["sde_paths_invalid"] = sde.invalid
+        report["sde_settings"] = sde.info
+        report["wall_s"]["sde"] = t_sde
     res = theory.result
     arrays = {"dims": np.asarray(dims), "escape_times": times, "t": theory.t,
               "sgd_t": np.linspace(0.0, t_max, cfg.output.n_save),
@@ -288,8 +474,17 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
               "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
               "predicted": pred, "predicted_initial": pred0,
               "draw_escape_initial": theory.draw_escape_times(dims)}
+    if sde is not None:
+        arrays["sde_escape_times"] = sde.times
+        arrays["extrapolate_dims"] = np.asarray(extrapolate, dtype=np.int64)
+        arrays["extrapolate_escape_times"] = (np.empty((0, int(sde_paths or 0))) if sde_ext is None
+                                              else sde_ext.times)
+        arrays["calibrated_extrapolate"] = np.asarray(
+            [np.nan if e["calibrated"] is None else e["calibrated"]
+             for e in report["extrapolation"]], dtype=np.float64)
     return report, arrays
 
 
 __all__ = ["LinearTheory", "linear_theory", "sgd_escape_times", "fit_slope", "calibrate_offset",
-           "predicted_slope", "escape_study"]
+           "predicted_slope", "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report",
+           "escape_study", "EXTRAPOLATE", "STAT_QUANTILES"]

@@ -72,20 +72,22 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     grid = t if t[0] == 0 else np.concatenate([[0.0], t])
     skip = len(grid) - len(t)
     cfg = cfg.replace(**{"training.t_max": float(t[-1])})
-    curve = LearningCurve.from_config(cfg, times=grid)
+    curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
     start = {n: jnp.asarray(v) for n, v in curve.defaults().items() if n in names}
     target = jnp.asarray(risk)
 
     def residuals(y, c):
         return c(y)[skip:] - target
 
+    # a few parameters against many residuals: the Jacobian in forward mode (one tangent
+    # solve per parameter) costs far less than reverse mode (one adjoint solve per residual)
     solver: optx.LevenbergMarquardt = optx.LevenbergMarquardt(rtol=1e-8, atol=1e-10)
     sol: optx.Solution = optx.least_squares(residuals, solver, start, args=curve,
-                                            options={"jac": "bwd"}, max_steps=max_steps,
+                                            options={"jac": "fwd"}, max_steps=max_steps,
                                             throw=False)
     y = sol.value
     res = np.asarray(eqx.filter_jit(residuals)(y, curve))
-    jac = eqx.filter_jit(jax.jacrev(residuals))(y, curve)
+    jac = eqx.filter_jit(jax.jacfwd(residuals))(y, curve)
     J = np.stack([np.asarray(jac[n]).reshape(-1) for n in names], axis=1)     # (n, p)
     rss = float(np.sum(res**2))
     dof = len(t) - len(names)

@@ -1,4 +1,5 @@
-"""Fan charts of ensembles (SDE paths): median, 50% and 90% bands over time."""
+"""Fan charts of ensembles (SDE paths): median, 50% and 90% bands over time, optionally with
+the SGD seeds drawn over them and the two ensembles' escape-time distributions."""
 
 from __future__ import annotations
 
@@ -15,26 +16,67 @@ BANDS = ((5.0, 95.0, 0.15), (25.0, 75.0, 0.3))
 """`(lower, upper percentile, opacity)` of the bands: 90% and 50% of the paths."""
 
 
-def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, title: str = "") -> None:
+def _series(name: str, arrays: dict) -> list[tuple[str, np.ndarray]]:
+    return [("R", arrays["risk"])] if name == "risk" else _components(name, arrays[name])
+
+
+def escape_cdf(escapes: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The empirical distribution function of escape times on the grid `t`: the fraction of
+    runs that escaped by each time (a run that never escapes, NaN, never counts)."""
+    e = np.asarray(escapes, dtype=np.float64)
+    e = np.where(np.isfinite(e), e, np.inf)
+    return (e[None, :] <= np.asarray(t)[:, None]).mean(axis=1)
+
+
+def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, overlay: dict | None = None,
+             escapes: tuple[np.ndarray, np.ndarray] | None = None,
+             labels: tuple[str, str] = ("theory", "SGD"), title: str = "") -> None:
     """Risk and every order parameter versus t, for arrays with a leading path axis: per
     component the median (line) and the bands holding the central 50% and 90% of the paths
-    (percentiles over paths at each time; non-finite values ignored)."""
+    (percentiles over paths at each time; non-finite values ignored).
+
+    `overlay` (arrays with a leading seed axis, e.g. the SGD seeds) is drawn over the fan: each
+    seed as a thin line and the seed median dashed, in the component's colour. `escapes`
+    `(overlay's, fan's)` escape times (NaN: never) add a panel with both empirical
+    distribution functions. `labels` name `(the fan, the overlay)`."""
     panels = ("risk",) + ORDER_PARAMETERS
-    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
-    for ax, name in zip(axes.flat, panels):
-        series = [("R", arrays["risk"])] if name == "risk" else _components(name, arrays[name])
-        for k, (lbl, a) in enumerate(series):
+    ncols = 4 if escapes is not None else 3
+    fig, axes = plt.subplots(2, ncols, figsize=(4.7 * ncols, 7.5))
+    flat = list(axes.flat)
+    for ax, name in zip(flat, panels):
+        fan = _series(name, arrays)
+        over = _series(name, overlay) if overlay is not None else []
+        for k, (lbl, a) in enumerate(fan):
             color = f"C{k % 10}"
             for lo, hi, alpha in BANDS:
                 ax.fill_between(t, np.nanpercentile(a, lo, axis=0),
                                 np.nanpercentile(a, hi, axis=0), color=color, alpha=alpha, lw=0)
-            ax.plot(t, np.nanmedian(a, axis=0), color=color, lw=1.4, label=lbl)
+            ax.plot(t, np.nanmedian(a, axis=0), color=color, lw=1.4,
+                    label=lbl if overlay is None else f"{lbl} {labels[0].split(',')[0]}")
+        for k, (lbl, a) in enumerate(over):
+            color = f"C{k % 10}"
+            ax.plot(t, np.asarray(a).T, color=color, lw=0.5, alpha=0.45)
+            ax.plot(t, np.median(a, axis=0), color=color, lw=1.2, ls="--",
+                    label=f"{lbl} SGD median")
         ax.set_title("risk" if name == "risk" else name)
-        if len(series) <= 12:
-            ax.legend(fontsize=7, ncol=2)
-    for ax in axes[-1]:
         ax.set_xlabel("t = steps / D")
-    fig.suptitle((title + "\n" if title else "") + "median, 50% and 90% of the paths")
+        if len(fan) + len(over) <= 12:
+            ax.legend(fontsize=7, ncol=2)
+    if escapes is not None:
+        ax = flat[len(panels)]
+        for e, lbl, ls in ((escapes[1], labels[0], "-"), (escapes[0], labels[1], "--")):
+            e = np.asarray(e, dtype=np.float64)
+            ax.step(t, escape_cdf(e, t), where="post", ls=ls, color="k",
+                    label=f"{lbl}: {int(np.isfinite(e).sum())}/{len(e)} escaped")
+        ax.set_ylim(0, 1.02)
+        ax.set_title("escape times: fraction escaped by t")
+        ax.set_xlabel("t = steps / D")
+        ax.legend(fontsize=7)
+        for ax in flat[len(panels) + 1:]:
+            ax.axis("off")
+    what = ("median, 50% and 90% of the paths" if overlay is None else
+            f"{labels[0]}: median, 50% and 90% bands; {labels[1]}: thin lines, median dashed")
+    fig.suptitle((title + "\n" if title else "") + what)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

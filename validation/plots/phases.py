@@ -73,12 +73,16 @@ def plot_phases(path: Path, t: np.ndarray, risk: np.ndarray, alpha: np.ndarray, 
 
 
 def plot_escape(path: Path, report: dict, arrays: dict) -> None:
-    """t_esc versus ln D (runs, means ± SEM, the fitted line with its 95% band, the predicted
-    line) and the growth rate λ(t) along the symmetric trajectory."""
+    """t_esc versus ln D (runs, means ± SEM, the fitted line with its 95% band, the SDE means
+    with their 10–90% bands at the measured dimensions and at the extrapolation, the
+    calibrated linear prediction) and the growth rate λ(t) along the symmetric trajectory."""
     dims = np.asarray(arrays["dims"], dtype=np.float64)
     x = np.log(dims)
     times = arrays["escape_times"]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    sde = bool(report.get("sde"))
+    ext = list(report.get("extrapolation", [])) if sde else []
+    x_ext = np.log(np.array([e["dim"] for e in ext], dtype=np.float64))
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(14 if ext else 13, 5))
     rng = np.random.default_rng(0)
     for i in range(len(dims)):
         ok = np.isfinite(times[i])
@@ -87,6 +91,7 @@ def plot_escape(path: Path, report: dict, arrays: dict) -> None:
     mean = np.array([np.nan if m is None else m for m in report["escape_mean"]])
     sem = np.array([np.nan if s is None else s for s in report["escape_sem"]])
     ax.errorbar(x, mean, yerr=sem, fmt="o", color="k", capsize=3, label="SGD mean ± SEM")
+    x_all = np.concatenate([x, x_ext])
     xx = np.linspace(x.min() - 0.1, x.max() + 0.1, 50)
     a, b = report["intercept_measured"], report["slope_measured"]
     lo, hi = report["slope_ci"]
@@ -95,20 +100,32 @@ def plot_escape(path: Path, report: dict, arrays: dict) -> None:
     ax.plot(xx, a + b * xx, color="C0",
             label=f"fit: slope {b:.3f} [{lo:.3f}, {hi:.3f}] (95%)")
     ax.fill_between(xx, ym + lo * (xx - xm), ym + hi * (xx - xm), color="C0", alpha=0.15, lw=0)
+    if len(x_ext):
+        xe = np.linspace(x.max() + 0.1, x_all.max() + 0.1, 30)
+        ax.plot(xe, a + b * xe, color="C0", ls=":", lw=1, label="fit, extended")
+    if sde:
+        _plot_sde_escapes(ax, report, x, x_ext, ext)
     pred = np.asarray(arrays["predicted"], dtype=np.float64)
     sp = report["slope_predicted"]
-    ax.plot(x, pred, "s--", color="C3", ms=4,
-            label=f"linear stability: slope {sp:.3f}"
+    cal_x, cal_y = x, pred
+    if len(x_ext):
+        cal_x = np.concatenate([x, x_ext])
+        cal_y = np.concatenate([pred, np.asarray(arrays["calibrated_extrapolate"], float)])
+    ax.plot(cal_x, cal_y, "s--", color="C3", ms=4,
+            label=f"linear stability, calibrated offset: slope {sp:.3f}"
             + ("" if report["lambda"] is None else f" (λ_eff = {report['lambda']:.3f})"))
     pred0 = np.asarray(arrays["predicted_initial"], dtype=np.float64)
     if np.isfinite(pred0).any():
         ax.plot(x, pred0, "^:", color="C1", ms=4,
                 label="linear stability, initial perturbation only")
+    ax.axhline(report["t_max"], color="0.4", lw=0.6, ls="-.")
+    ax.set_ylim(0.0, 1.08 * float(report["t_max"]))
     ax.set_xlabel("ln D")
     ax.set_ylabel("escape time t_esc")
-    ax.set_xticks(x, [f"{np.log(d):.2f}\n(D={int(d)})" for d in dims], fontsize=8)
-    ax.legend(fontsize=8)
-    ax.set_title("escape from the unspecialized plateau")
+    all_dims = np.concatenate([dims, [e["dim"] for e in ext]])
+    ax.set_xticks(x_all, [f"{np.log(d):.2f}\n(D={int(d)})" for d in all_dims], fontsize=7)
+    ax.legend(fontsize=7)
+    ax.set_title("escape from the unspecialized plateau (dash-dot: t_max)")
     t = arrays["t"]
     ax2.plot(t, arrays["growth_rate"], color="C3", label="λ(t): max Re eig of the "
              "head-difference Jacobian")
@@ -120,10 +137,44 @@ def plot_escape(path: Path, report: dict, arrays: dict) -> None:
     ax2.set_xlabel("t")
     ax2.set_ylabel("growth rate")
     ax2.legend(fontsize=8)
-    ax2.set_title("along the symmetric trajectory (dotted: predicted escapes)")
+    ax2.set_title("along the symmetric trajectory (dotted: calibrated predicted escapes)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_sde_escapes(ax, report: dict, x: np.ndarray, x_ext: np.ndarray, ext: list) -> None:
+    """The SDE means with their 10–90% bands, at the measured dimensions and (open symbols)
+    at the extrapolation; a censored 90% quantile is drawn at t_max with an up arrow."""
+    t_max = float(report["t_max"])
+
+    def band(means, quantiles):
+        m = np.array([np.nan if v is None else v for v in means], dtype=np.float64)
+        q = [[np.inf if qq[k] is None else qq[k] for k in ("0.1", "0.9")] for qq in quantiles]
+        q = np.asarray(q, dtype=np.float64).reshape(-1, 2)
+        censored = ~np.isfinite(q[:, 1])
+        q = np.where(np.isfinite(q), q, t_max)
+        return m, q, censored
+
+    slope = report.get("slope_sde")
+    m, q, cens = band(report["escape_sde_mean"], report["escape_sde_quantiles"])
+    off = 0.04
+    ax.errorbar(x + off, m, yerr=[np.clip(m - q[:, 0], 0, None), np.clip(q[:, 1] - m, 0, None)],
+                fmt="D", color="C2", ms=4, capsize=3,
+                label="SDE (parameter-free) mean, 10–90%"
+                + ("" if slope is None else f": slope {slope:.3f}"))
+    if len(x_ext):
+        me, qe, ce = band([e["mean"] for e in ext], [e["quantiles"] for e in ext])
+        ax.errorbar(x_ext, me, yerr=[np.clip(me - qe[:, 0], 0, None),
+                                     np.clip(qe[:, 1] - me, 0, None)],
+                    fmt="D", mfc="none", color="C2", ms=5, capsize=3,
+                    label="SDE extrapolation, mean, 10–90%")
+        x_c = np.concatenate([x + off, x_ext])[np.concatenate([cens, ce])]
+    else:
+        x_c = (x + off)[cens]
+    if len(x_c):
+        ax.plot(x_c, np.full(len(x_c), t_max), "^", color="C2", ms=7,
+                label="SDE 90% quantile censored at t_max")
 
 
 def plot_sweep(path: Path, axes_spec: list[tuple[str, list]], values: np.ndarray, *,

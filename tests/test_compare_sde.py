@@ -1,0 +1,229 @@
+"""`headflow compare --theory {sde,ode,ode-per-seed}` and `headflow demo` with ensembles: the
+report's keys and shapes, the verdicts on hand-built ensembles, never-escaped runs in the KS
+test and the quantiles, `ode-per-seed` against `run_ode` from one seed's start, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import dynamics as d
+from _util import xla_optimizations
+from dynamics.measures import escape_quantiles
+from dynamics.ode import run_ode
+from validation.cli import main
+from validation.experiments.compare import (KS_LEVEL, MEAN_Z_MAX, agreement_verdicts,
+                                            ensemble_moments, escape_ks)
+
+ROOT = Path(__file__).resolve().parents[1]
+SETS = ["--set", "model.L=3", "--set", "sim.dim=60", "--set", "sim.seeds=3", "--set",
+        "training.t_max=1", "--set", "output.n_save=3", "--set", "ode.samples=256", "--set",
+        "sde.dt=0.5", "--set", "sde.samples_drift=128", "--set", "sde.samples_noise=64",
+        "--set", "sim.risk_samples=256", "--set", "sde.paths=4", "--set", "ode.rhs=autodiff"]
+"""Tiny runs of the demo's experiment; compare and demo share their compiled programs."""
+TINY = [str(ROOT / "validation" / "configs" / "demo.toml"), *SETS]
+TOP = ("dim", "seeds", "t_max", "risk_sup_abs", "risk_sup_rel", "risk_spread", "risk_mc_err",
+       "cross_sup_sgd", "pre_escape", "final", "escape")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _compile_fast():
+    with xla_optimizations(False):      # tiny programs: compiling dominates
+        yield
+
+
+def _strict(text: str):
+    def bad(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=bad)
+
+
+def _run(capsys, argv: list[str]) -> dict:
+    assert main([*argv, "--json"]) == 0
+    return _strict(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+# -- the command, each theory -----------------------------------------------------------------
+
+@pytest.mark.parametrize("theory,paths,theory_file", [("sde", 4, "sde.npz"),
+                                                      ("ode-per-seed", None, "ode_per_seed.npz")])
+def test_compare_ensembles(tmp_path, capsys, theory, paths, theory_file):
+    out = tmp_path / "run"
+    # sde is the default theory
+    extra = ["--paths", str(paths)] if theory == "sde" else ["--theory", theory]
+    rep = _run(capsys, ["compare", *TINY, *extra, "--out", str(out)])
+    n = paths or 3
+    assert rep["theory"] == theory and rep["paths"] == n and rep["seeds"] == 3
+    for key in TOP + ("verdicts", "ensemble"):
+        assert key in rep, key
+    assert set(rep["verdicts"]) == {"mean", "std", "escape", "all"}
+    for v in ("mean", "std", "escape"):
+        assert isinstance(rep["verdicts"][v]["agree"], bool)
+    esc = rep["escape"]
+    assert len(esc["sgd"]) == 3 and len(esc["theory"]) == n
+    assert set(esc["sgd_quantiles"]) == set(esc["theory_quantiles"]) == {
+        "0.1", "0.25", "0.5", "0.75", "0.9"}
+    assert 0 <= esc["ks_p"] <= 1 and "+inf" in esc["never_escaped"]
+    assert set(rep["ensemble"]) == {"risk", "m", "q", "n", "s", "b"}
+    assert np.shape(rep["ensemble"]["m"]["final_sgd"]["mean"]) == (2, 1)
+    assert {"risk_theory", "risk_theory_sem", "risk_sgd", "risk_sgd_sem"} <= set(rep["final"])
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(["config.toml", "meta.json", "sgd.npz", theory_file, "ensemble.npz",
+                            "report.json", "compare.png"])
+    with np.load(out / theory_file) as z:
+        T = len(z["t"])
+        assert T == 3 and z["risk"].shape == (n, T) and z["m"].shape == (n, T, 2, 1)
+        assert z["escape"].shape == (n,)
+    with np.load(out / "ensemble.npz") as z, np.load(out / "sgd.npz") as s:
+        for side in ("sgd", "theory"):
+            for stat in ("mean", "mean_se", "std", "std_se"):
+                assert z[f"{side}_{stat}_risk"].shape == (T,)
+                assert z[f"{side}_{stat}_q"].shape == (T, 2, 2)
+        np.testing.assert_allclose(z["sgd_mean_risk"], s["risk"].mean(axis=0))
+        np.testing.assert_allclose(z["theory_mean_risk"][-1], rep["final"]["risk_theory"])
+    assert _strict((out / "report.json").read_text())["verdicts"] == rep["verdicts"]
+    if theory == "ode-per-seed":
+        _check_per_seed_against_run_ode(out)
+
+
+def test_compare_ode_keeps_its_report(tmp_path, capsys):
+    rep = _run(capsys, ["compare", *TINY, "--theory", "ode", "--out", str(tmp_path / "o")])
+    assert rep["theory"] == "ode"
+    assert list(rep)[1:] == [*TOP[:7], *(f"{n}_{w}" for n in d.ORDER_PARAMETERS
+                                         for w in ("sup_abs", "spread")), *TOP[7:], "ode_form",
+                             "out"]
+    assert set(rep["final"]) == {"t", "risk_ode", "risk_sgd", "risk_abs", "risk_rel",
+                                 "risk_sgd_sem"}
+    assert set(rep["escape"]) == {"sgd", "ode", "sgd_escaped"}
+    assert "verdicts" not in rep
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == sorted(
+        ["config.toml", "meta.json", "sgd.npz", "ode.npz", "report.json", "compare.png"])
+
+
+def test_demo_summary_states_verdicts(tmp_path, capsys, monkeypatch):
+    from validation.commands import demo
+
+    # the Bayes risk (its own command's tests) would take most of this tiny run
+    monkeypatch.setattr(demo, "bayes_summary", lambda cfg, samples: {"bayes_risk": 0.1})
+    out = tmp_path / "demo"
+    rep = _run(capsys, ["demo", *SETS, "--out", str(out)])
+    assert rep["theory"] == "sde" and rep["paths"] == 4 and "verdicts" in rep
+    md = (out / "summary.md").read_text()
+    assert "| mean risk over time |" in md and "| escape time 10/50/90% |" in md
+    assert "theory and simulation" in md and "KS p" in md
+    assert {"compare.png", "sde.npz", "ensemble.npz", "summary.md", "report.json"} <= {
+        p.name for p in out.iterdir()}
+
+
+# -- ode-per-seed against run_ode -------------------------------------------------------------
+
+def _check_per_seed_against_run_ode(out: Path) -> None:
+    """Each ODE of `ode_per_seed.npz` equals `run_ode` from that seed's initial overlaps in
+    `sgd.npz`, to round-off."""
+    cfg = d.load_config(ROOT / "validation" / "configs" / "demo.toml", SETS[1::2])
+    with np.load(out / "sgd.npz") as z, np.load(out / "ode_per_seed.npz") as e:
+        sgd, ens = dict(z), dict(e)
+    for i in (0, 2):
+        ov0 = d.Overlaps(**{k: jnp.asarray(sgd[k][i, 0], jnp.float64)
+                            for k in d.ORDER_PARAMETERS + d.CROSS_OVERLAPS})
+        one = run_ode(cfg, ov0, sgd["t"]).arrays()
+        for name, a in one.items():
+            if name != "t":
+                np.testing.assert_allclose(ens[name][i], a, rtol=1e-9, atol=1e-12,
+                                           err_msg=name)
+    # the seeds start apart, so their ODEs differ
+    assert not np.allclose(ens["q"][0], ens["q"][1])
+
+
+# -- the verdicts on hand-built ensembles -----------------------------------------------------
+
+def _ensemble(rng, n: int, T: int, shift: float = 0.0, scale: float = 1.0) -> np.ndarray:
+    return 1.0 + shift + scale * 0.1 * rng.standard_normal((n, T))
+
+
+def test_identical_ensembles_agree():
+    rng = np.random.default_rng(0)
+    t = np.linspace(0, 10, 11)
+    risk = _ensemble(rng, 20, 11)
+    esc = list(rng.uniform(2, 8, 20))
+    v = agreement_verdicts(t, risk, risk.copy(), esc, list(esc))
+    assert v["mean"]["z_max"] == 0 and v["std"]["ratio_mean"] == 1
+    assert v["escape"]["ks_p"] == 1 and v["escape"]["ks_statistic"] == 0
+    assert v["mean"]["agree"] and v["std"]["agree"] and v["escape"]["agree"] and v["all"]
+
+
+def test_shifted_ensembles_disagree():
+    rng = np.random.default_rng(1)
+    t = np.linspace(0, 10, 11)
+    a, b = _ensemble(rng, 40, 11), _ensemble(rng, 40, 11, shift=0.2)
+    v = agreement_verdicts(t, a, b, list(rng.uniform(2, 4, 40)), list(rng.uniform(6, 8, 40)))
+    assert v["mean"]["z_max"] > MEAN_Z_MAX and not v["mean"]["agree"]
+    assert v["std"]["agree"]                   # same spread
+    assert v["escape"]["ks_p"] < KS_LEVEL and not v["escape"]["agree"]
+    assert not v["all"]
+    # spread twice as large: only the std verdict fails
+    w = agreement_verdicts(t, a, 1.0 + 2 * (a - 1.0), [3.0] * 40, [3.0] * 40)
+    assert w["mean"]["agree"] and not w["std"]["agree"] and w["escape"]["agree"]
+    assert abs(w["std"]["ratio_mean"] - 2) < 1e-12 and not w["all"]
+
+
+def test_one_run_is_not_assessed():
+    t = np.linspace(0, 1, 3)
+    v = agreement_verdicts(t, np.ones((1, 3)), np.ones((4, 3)), [None], [None] * 4)
+    assert v["mean"]["agree"] is None and v["std"]["agree"] is None
+    assert v["escape"]["agree"] and v["all"]
+
+
+def test_moments_and_standard_errors():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4000, 2, 3))
+    m = ensemble_moments(a)
+    assert m["mean"].shape == (2, 3)
+    np.testing.assert_allclose(m["std"], a.std(axis=0, ddof=1))
+    np.testing.assert_allclose(m["mean_se"], m["std"] / np.sqrt(4000))
+    # Gaussian data: the delta-method s.e. of the std is close to s/√(2(N−1))
+    np.testing.assert_allclose(m["std_se"], m["std"] / np.sqrt(2 * 3999), rtol=0.15)
+
+
+def test_never_escaped_runs_count_as_infinite():
+    # no run escapes on either side: the same distribution
+    assert escape_ks([None] * 3, [np.nan] * 5) == (0.0, 1.0)
+    # escaped fractions 1/4 and 4/4 at the same times: the KS statistic is the gap in the
+    # escaped fraction, 3/4 (never-escaped runs are neither dropped nor put at t_max)
+    stat, p = escape_ks([1.0, None, None, None], [1.0, 1.0, 1.0, 1.0])
+    assert stat == pytest.approx(0.75) and 0 < p < 1
+    # dropping the never-escaped runs would make these two identical
+    assert escape_ks([2.0, 3.0, None, None], [2.0, 3.0])[0] == pytest.approx(0.5)
+    q = escape_quantiles([2.0, 3.0, None, None])
+    assert q["0.25"] == 2.0 and q["0.5"] == 3.0 and q["0.75"] == np.inf
+
+
+# -- bad inputs --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,needle", [
+    (["compare", "--theory", "foo"], "--theory"),
+    (["compare", "--paths", "0"], "--paths"),
+    (["compare", "--paths", "-2"], "--paths"),
+    (["compare", "--paths", "x"], "--paths"),
+    (["compare", "--theory", "ode", "--paths", "3"], "--paths"),
+])
+def test_bad_inputs(tmp_path, capsys, argv, needle):
+    out = tmp_path / "deep" / "out"
+    try:
+        code = main([*argv, *TINY, "--out", str(out)])
+    except SystemExit as ex:
+        code = ex.code
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "error" in err[0] and needle in err[0], err
+    assert not (tmp_path / "deep").exists()
+
+
+def test_readme_and_docs_describe_theories():
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "--theory" in readme
+    assert "## Comparing ensembles with SGD" in (ROOT / "docs" / "sde.md").read_text()
