@@ -60,3 +60,18 @@ def pytest_configure(config):
 def pytest_report_header(config):
     packages = config.getoption("jaxtyping_packages", default=None)
     return f"headflow: jaxtyping runtime shape checks on {packages or 'nothing'}"
+
+
+# The suite runs on two xdist workers, a test file to a worker (`--dist loadfile`), handed out
+# in collection order. The files below take most of the time (measured, longest first); sending
+# them out first keeps one worker from finishing a long file alone at the end.
+_LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_robustness",
+                  "test_sde", "test_distributed", "test_stability", "test_schedule_cli",
+                  "test_fixed_points", "test_sgd", "test_phases", "test_learning_curve",
+                  "test_escape", "test_pruning", "test_sde_cli", "test_schedule",
+                  "test_ode_drift", "test_activations_cmd", "test_notebooks", "test_compare_sde")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))   # stable: file order kept
