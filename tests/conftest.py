@@ -63,8 +63,9 @@ def pytest_report_header(config):
 
 
 # The suite runs on two xdist workers, a test file to a worker (`--dist loadfile`), handed out
-# in collection order. The files below take most of the time (measured, longest first); sending
-# them out first keeps one worker from finishing a long file alone at the end.
+# in collection order (`--no-loadscope-reorder` in pyproject.toml: xdist would otherwise order
+# the files by their number of tests). The files below take most of the time (measured, longest
+# first); sending them out first keeps one worker from finishing a long file alone at the end.
 _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_robustness",
                   "test_sde", "test_distributed", "test_stability", "test_schedule_cli",
                   "test_fixed_points", "test_sgd", "test_phases", "test_learning_curve",

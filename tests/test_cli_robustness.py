@@ -182,8 +182,8 @@ def test_help_texts(capsys):
     readme = (ROOT / "README.md").read_text()
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
-    assert "one to two minutes" in " ".join(capsys.readouterr().out.split())
-    assert "one to two minutes" in " ".join(readme.split())
+    assert "two to three minutes" in " ".join(capsys.readouterr().out.split())
+    assert "two to three minutes" in " ".join(readme.split())
 
 
 # -- interrupts -------------------------------------------------------------------------------

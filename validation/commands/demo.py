@@ -25,7 +25,7 @@ def register(sub) -> None:
                        "against online SGD seeds on the default experiment "
                        "(validation/configs/demo.toml), compared as distributions (mean, "
                        "spread, escape times) with verdicts in words: compare.png, report.json "
-                       "and summary.md, in one to two minutes on a laptop CPU.")
+                       "and summary.md, in two to three minutes on a laptop CPU.")
     add_set_arg(p)
     add_out_args(p)
     p.set_defaults(func=run)
