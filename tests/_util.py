@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import contextlib
 import dataclasses
 
@@ -158,3 +159,18 @@ def off_manifold_state(on_manifold: bool):
                     b=jnp.array([0.3, -0.2]), kv=jnp.array([[0.2, -0.1], [0.05, 0.15]]),
                     kvs=jnp.array([0.1, -0.15]), vks=jnp.array([[0.2], [-0.1]]))
     return ov.on_manifold() if on_manifold else ov
+
+
+def strict_json(text: str):
+    """`json.loads` that refuses the non-standard constants NaN and ±Infinity."""
+    def bad(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=bad)
+
+
+def one_line_error(capsys, *needles):
+    """The captured stderr is one `headflow … error: …` line containing every needle."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("headflow") and "error:" in err[0], err
+    for n in needles:
+        assert n in err[0], (n, err)

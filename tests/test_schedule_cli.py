@@ -3,7 +3,6 @@ line, exit 2, nothing left behind); `fit` recovers the parameters of a curve the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -13,21 +12,11 @@ from dynamics import load_config
 from dynamics.ode import learning_curve
 from validation.cli import main
 
+from _util import one_line_error as _one_line_error  # noqa: E402
+from _util import strict_json as _strict  # noqa: E402
+
 TINY = ["--set", "model.L=2", "--set", "ode.samples=256", "--set", "output.n_save=11",
         "--set", "sim.risk_samples=256", "--set", "sim.space=overlaps"]
-
-
-def _strict(text: str):
-    def bad(name):
-        raise ValueError(f"non-standard JSON constant {name}")
-    return json.loads(text, parse_constant=bad)
-
-
-def _one_line_error(capsys, *needles):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("headflow") and "error:" in err[0], err
-    for n in needles:
-        assert n in err[0], (n, err)
 
 
 def test_schedule_writes_results(tmp_path, capsys):

@@ -3,7 +3,6 @@ left behind)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,22 +16,12 @@ import pytest
 from validation.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+from _util import one_line_error as _one_line_error  # noqa: E402
+from _util import strict_json as _strict  # noqa: E402
+
 TINY = ["--set", "model.L=3", "--set", "training.t_max=1", "--set", "output.n_save=3",
         "--set", "sde.dt=0.5", "--set", "sde.samples_drift=256", "--set",
         "sde.samples_noise=64", "--set", "sim.risk_samples=256"]
-
-
-def _strict(text: str):
-    def bad(name):
-        raise ValueError(f"non-standard JSON constant {name}")
-    return json.loads(text, parse_constant=bad)
-
-
-def _one_line_error(capsys, *needles):
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("headflow") and "error:" in err[0], err
-    for n in needles:
-        assert n in err[0], (n, err)
 
 
 def _nothing(root: Path) -> list[Path]:
