@@ -9,7 +9,9 @@
 - `jax_numpy_rank_promotion = "raise"`: an implicit broadcast between arrays of different ranks
   is an error, so shape bugs cannot hide behind broadcasting.
 - Warnings raised from our own packages are errors (third-party deprecation noise is not).
-- `HEADFLOW_CACHE=0`: the command line's caches between runs are off (see below).
+- Caches between runs (JAX's persistent compilation cache and the generated symbolic code) live
+  in one fresh folder per test session, shared by the xdist workers and by the command lines the
+  tests start as subprocesses, and removed at the end (see below).
 - The modules listed in `_FAST_COMPILE` run with `jax_disable_most_optimizations` (XLA's LLVM
   at -O0): they are dominated by compiling many small programs, not by running them, and this
   cuts their CPU time by about a third. The flag only changes code generation, not the
@@ -20,19 +22,41 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import jax
 import pytest
-
-# the command line's caches between runs (JAX's persistent compilation cache and the generated
-# symbolic code) stay off in tests, so that no test writes to the user's cache folder or depends
-# on what an earlier run left there; tests/test_cache.py turns them on in a folder of its own
-os.environ.setdefault("HEADFLOW_CACHE", "0")
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from _util import xla_optimizations  # noqa: E402
+
+from validation._cache import configure as configure_cache  # noqa: E402
+
+# The command line's caches between runs (JAX's persistent compilation cache and the generated
+# symbolic code) point at a folder made for this session by the controlling process (inherited
+# through the environment by the xdist workers and by subprocesses), so no test writes to the
+# user's cache folder or depends on an earlier session. Within the session a program compiled by
+# one worker, by a subprocess, or before a module's `jax.clear_caches()` is read back instead of
+# compiled again; the cache changes no result (`tests/test_cache.py`, which uses folders of its
+# own). `HEADFLOW_CACHE=0` before pytest keeps them off.
+_SESSION_CACHE = "HEADFLOW_TEST_SESSION_CACHE"
+
+
+def _start_session_cache() -> None:
+    if os.environ.get("HEADFLOW_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+        os.environ["HEADFLOW_CACHE"] = "0"
+        return
+    if _SESSION_CACHE not in os.environ:        # the controller (or a run without xdist)
+        os.environ[_SESSION_CACHE] = tempfile.mkdtemp(prefix="headflow-test-cache-")
+    os.environ["HEADFLOW_CACHE"] = "1"
+    os.environ["HEADFLOW_CACHE_DIR"] = os.environ[_SESSION_CACHE]
+
+
+_start_session_cache()
+configure_cache()
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
                  "test_sgd", "test_config_cli"}
@@ -49,6 +73,11 @@ def _fast_compile(request):
     # module's compiled programs keeps its memory from growing (a worker once crashed inside
     # XLA's compiler late in a run, with no reproducer)
     jax.clear_caches()
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput") and _SESSION_CACHE in os.environ:
+        shutil.rmtree(os.environ.pop(_SESSION_CACHE), ignore_errors=True)
 
 
 def pytest_configure(config):

@@ -43,8 +43,12 @@ def test_repeated_run_uses_the_cache(tmp_path):
     with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    # the second run compiled nothing new: the same programs, found in the cache
-    assert _files(cache / "jax") == jax_entries
+    # the second run found every cached program (none was compiled and written again). A few
+    # small programs may be added: only compiles over `MIN_COMPILE_S` are written, and on a busy
+    # machine a program just under it in the first run can take longer in the second
+    again = _files(cache / "jax")
+    assert set(jax_entries) <= set(again)
+    assert len(again) - len(jax_entries) <= len(jax_entries) // 4, again
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ validation and a fuzzed command line.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -23,19 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _util import strict_json as _strict
 from _util import xla_optimizations
 from validation.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "sim.dim=50", "--set", "sim.seeds=2", "--set", "training.t_max=1",
         "--set", "output.n_save=5", "--set", "ode.samples=1024"]
-
-
-def _strict(text: str):
-    """Parse JSON, refusing the non-standard NaN/Infinity constants."""
-    def bad(name):
-        raise ValueError(f"non-standard JSON constant {name}")
-    return json.loads(text, parse_constant=bad)
 
 
 def _files(root: Path) -> list[Path]:

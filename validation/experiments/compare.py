@@ -203,6 +203,22 @@ def escape_ks(sgd_escapes, theory_escapes) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+def _mean_z_and_std_ratio(t: np.ndarray, sgd: dict, theory: dict
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """From two ensembles' [`ensemble_moments`][]: the mean difference in combined standard
+    errors `|Δmean| / √(se_sgd² + se_theory²)` at every time (+∞ where the errors vanish but the
+    means differ, 0 where both do), and the std ratio theory/SGD at the times t > t₀ (1 where
+    both stds vanish, +∞ where only SGD's does)."""
+    se = np.sqrt(sgd["mean_se"] ** 2 + theory["mean_se"] ** 2)
+    diff = np.abs(theory["mean"] - sgd["mean"])
+    z = np.divide(diff, se, out=np.where(diff > 0, np.inf, 0.0), where=se > 0)
+    later = np.asarray(t) > t[0]
+    num, den = theory["std"][later], sgd["std"][later]
+    ratio = np.divide(num, den, out=np.where((num == 0) & (den == 0), 1.0, np.inf),
+                      where=den > 0)
+    return z, ratio
+
+
 def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndarray,
                        sgd_escapes, theory_escapes) -> dict:
     """The three verdicts of issue 12 on the risk of two ensembles (`(S, T)` and `(N, T)` on
@@ -218,18 +234,13 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
     Each has `agree` (None where an ensemble has fewer than two runs, so there is no standard
     error); `all` is true when every verdict that could be made agrees."""
     s, th = ensemble_moments(sgd_risk), ensemble_moments(theory_risk)
-    se = np.sqrt(s["mean_se"] ** 2 + th["mean_se"] ** 2)
-    diff = np.abs(th["mean"] - s["mean"])
-    z = np.divide(diff, se, out=np.where(diff > 0, np.inf, 0.0), where=se > 0)
+    z, ratio = _mean_z_and_std_ratio(t, s, th)
     small = sgd_risk.shape[0] < 2 or theory_risk.shape[0] < 2
     k = int(np.nanargmax(z)) if not small else 0
     mean = {"agree": None if small else bool(z[k] <= MEAN_Z_MAX),
             "z_max": None if small else float(z[k]), "t_z_max": float(t[k]),
             "threshold": MEAN_Z_MAX}
     later = np.asarray(t) > t[0]
-    num, den = th["std"][later], s["std"][later]
-    both_zero = (num == 0) & (den == 0)
-    ratio = np.divide(num, den, out=np.where(both_zero, 1.0, np.inf), where=den > 0)
     ratio_mean = float(ratio.mean()) if ratio.size and not small else float("nan")
     std = {"agree": None if small or not later.any()
            else bool(abs(ratio_mean - 1.0) <= STD_TOLERANCE),
@@ -260,13 +271,9 @@ def _summary(series: dict[str, np.ndarray], name: str) -> dict:
     values of both ensembles."""
     g = {stat: series[f"sgd_{stat}_{name}"] for stat in ("mean", "mean_se", "std", "std_se")}
     h = {stat: series[f"theory_{stat}_{name}"] for stat in ("mean", "mean_se", "std", "std_se")}
-    se = np.sqrt(g["mean_se"] ** 2 + h["mean_se"] ** 2)
-    diff = np.abs(h["mean"] - g["mean"])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = np.where(se > 0, diff / se, np.where(diff > 0, np.inf, 0.0))
-        later = series["t"] > series["t"][0]
-        ratio = h["std"][later] / g["std"][later]
+    z, ratio = _mean_z_and_std_ratio(series["t"], g, h)
     ratio = ratio[np.isfinite(ratio)]
+    se = np.sqrt(g["mean_se"] ** 2 + h["mean_se"] ** 2)
 
     def last(d: dict) -> dict:
         return {k: v[-1].tolist() for k, v in d.items()}
