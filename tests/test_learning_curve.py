@@ -2,7 +2,8 @@
 gradients of the three functionals (risk at T, time-averaged risk, time to reach a risk level)
 with respect to every differentiable parameter against central finite differences of whole
 solves (float64, tight tolerances), the backsolve adjoint against the recursive one, and the
-curve against `run_ode`."""
+curve against `run_ode`; the SDE ensemble's mean curve (`dynamics.sde.SDECurve`) against
+`run_sde` and its forward-mode Jacobian against finite differences."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from _util import xla_optimizations
 from dynamics import ConfigError, load_config
 from dynamics.ode import (PARAMS, LearningCurve, final_risk, learning_curve, mean_risk,
                           run_ode, time_to_risk)
+from dynamics.sde import SDECurve, run_sde
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -123,3 +125,31 @@ def test_bad_parameters(params, message):
 def test_lr_with_a_schedule_is_refused():
     with pytest.raises(ConfigError, match="has no effect"):
         learning_curve({"training.lr": 1.0}, load_config(None, BASE + SCHEDULES))
+
+
+# four SDE paths of a small softmax-1 model with label noise (the config of `headflow fit
+# --model sde`'s test, tests/test_schedule_cli.py)
+SDE_BASE = ["model.L=2", "model.activation=softmax1", "model.noise=0.2", "ode.samples=128",
+            "sde.samples_noise=64", "sde.dt=0.1", "training.t_max=3", "output.n_save=7",
+            "sim.dim=400", "sim.risk_samples=512", "sde.paths=4"]
+
+
+def test_sde_curve_is_the_ensemble_mean_and_differentiable():
+    """`SDECurve({})` is `run_sde`'s mean risk (the same paths, to round-off), and its
+    forward-mode Jacobian in (η, Δ) matches central differences of whole ensembles."""
+    cfg = load_config(None, SDE_BASE)
+    curve = SDECurve.from_config(cfg)
+    value = eqx.filter_jit(lambda c, p: c(p))
+    p0 = {k: v for k, v in curve.defaults().items() if k in ("training.lr", "model.noise")}
+    mean = np.asarray(value(curve, p0))
+    np.testing.assert_allclose(mean, np.asarray(run_sde(cfg).risk).mean(axis=0), rtol=1e-12)
+    assert mean[-1] < mean[0]
+    jac = eqx.filter_jit(lambda c, p: jax.jacfwd(lambda q: c(q))(p))(curve, p0)
+    for name, x in p0.items():
+        h = 1e-5
+        fd = (np.asarray(value(curve, {**p0, name: x + h}))
+              - np.asarray(value(curve, {**p0, name: x - h}))) / (2 * h)
+        g = np.asarray(jac[name])
+        assert np.abs(fd).max() > 1e-3, name
+        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8 * np.abs(fd).max(),
+                                   err_msg=name)

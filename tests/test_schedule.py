@@ -123,6 +123,17 @@ def test_sgd_follows_the_schedule(space, dtype):
         _frozen_outside_window(res.t, jax.tree.map(lambda x, s=s: x[s], res.overlaps))
 
 
+def test_sde_follows_the_schedule():
+    """The drift and the diffusion of the SDE both read η(t): with η = η_b = 0 outside [1, 3]
+    every path is frozen there exactly (the step grid lands on the knots)."""
+    from dynamics.sde import run_sde
+
+    res = run_sde(_window_cfg("sde.paths=2", "sde.dt=0.1", "sde.samples_noise=64"))
+    assert np.all(np.asarray(res.valid))
+    for p in range(2):
+        _frozen_outside_window(res.t, jax.tree.map(lambda x, p=p: x[p], res.overlaps))
+
+
 def test_flat_schedule_reproduces_the_constant_step_bit_for_bit():
     flat = "{times = [0.0, 2.0], values = [0.6, 0.6]}"
     const = load_config(None, [*SMALL, "training.lr=0.6", "training.lr_bias=0.6",

@@ -87,7 +87,33 @@ def test_fit_recovers_an_ode_curve(tmp_path, capsys):
                                                      "fit.png", "meta.json"]
 
 
+def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
+    """`--model sde`: the mean of an SDE ensemble made at known η and Δ (the same paths) is
+    fitted from a start 20% off."""
+    from test_learning_curve import SDE_BASE
+
+    from dynamics.sde import SDECurve
+
+    cfg = load_config(None, SDE_BASE)
+    truth = {"training.lr": 0.8, "model.noise": 0.25}
+    risk = np.asarray(SDECurve.from_config(cfg)(truth))
+    curve = tmp_path / "curve.npz"
+    np.savez(curve, t=cfg.save_times(), risk=risk)
+    out = tmp_path / "fit"
+    argv = [x for s in SDE_BASE for x in ("--set", s)]
+    assert main(["fit", *argv, "--set", "training.lr=0.96", "--set", "model.noise=0.2",
+                 "--curve", str(curve), "--params", "training.lr,model.noise", "--model",
+                 "sde", "--out", str(out), "--json"]) == 0
+    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["model"] == "sde" and summary["paths"] == 4
+    for k, v in truth.items():
+        assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
+    assert summary["residual_rms"] < 1e-6 and summary["converged"]
+    assert _strict((out / "meta.json").read_text())["model"] == "sde"
+
+
 @pytest.mark.parametrize("argv,needle", [
+    (["--params", "training.lr", "--curve", "CURVE", "--paths", "4"], "--paths: only with"),
     (["--params", "training.lr", "--curve", "missing.npz"], "file not found"),
     (["--params", "training.momentum", "--curve", "CURVE"], "training.momentum"),
     (["--params", "training.lr_schedule", "--curve", "CURVE"], "choose distinct keys among"),

@@ -31,5 +31,7 @@ from ._curve import adjoint_of as adjoint_of
 from ._curve import final_risk as final_risk
 from ._curve import learning_curve as learning_curve
 from ._curve import mean_risk as mean_risk
+from ._curve import param_defaults as param_defaults
+from ._curve import substitute as substitute
 from ._curve import time_to_risk as time_to_risk
 from ._state import initial_overlaps as initial_overlaps

@@ -53,6 +53,67 @@ def adjoint_of(name: str, checkpoints: int | None = None) -> dfx.AbstractAdjoint
     raise ConfigError(f"adjoint = {name!r}: choose one of {', '.join(map(repr, ADJOINTS))}")
 
 
+def param_defaults(cfg: Config, steps: StepSizes) -> dict[str, np.ndarray]:
+    """The config's values (float64) of every parameter of [`PARAMS`][] it has: the schedules'
+    knot values where `steps` has a schedule, and then not `training.lr` / `training.lr_bias`,
+    which they replace."""
+    tr = cfg.training
+    base: dict[str, Any] = {
+        "training.lr": tr.lr, "training.lr_bias": tr.lr_bias,
+        "training.weight_decay": tr.weight_decay, "training.init_key_std": tr.init_key_std,
+        "training.init_value_std": tr.init_value_std, "training.init_bias": tr.init_bias,
+        "prior.amplitude": float(cfg.prior.amplitude), "model.noise": cfg.model.noise}
+    for name in ("lr_schedule", "lr_bias_schedule"):
+        sched = getattr(steps, name)
+        if sched is not None:      # the knot values replace the constant step size
+            base[f"training.{name}"] = np.asarray(sched.values, dtype=np.float64)
+            del base[f"training.{name.removesuffix('_schedule')}"]
+    return {k: np.asarray(v, dtype=np.float64) for k, v in base.items()}
+
+
+def substitute(params: Mapping[str, ArrayLike], base: Mapping[str, Any], model: Model,
+               steps: StepSizes, amplitude: float
+               ) -> tuple[Model, StepSizes, dict[str, Array]]:
+    """`(model, steps, p)` with `params` substituted: `p` holds every parameter of `base`
+    ([`param_defaults`][]), from `params` where given (float64, possibly traced); the step
+    sizes, schedules' knot values, weight decay, label noise and prior amplitude (a factor
+    about the config's `amplitude`) follow `p`. The one place where a parameter of
+    [`PARAMS`][] enters a model, for the ODE's curve and the SDE's alike.
+
+    **Raises:** [`dynamics.ConfigError`][] for an unknown parameter, a schedule the config does
+    not set, a constant step size that a schedule replaces, or a zero `amplitude`."""
+    unknown = sorted(set(params) - set(PARAMS))
+    if unknown:
+        raise ConfigError(f"learning_curve: unknown parameter(s) {', '.join(unknown)}; "
+                          f"differentiable ones: {', '.join(PARAMS)}")
+    for name in ("lr_schedule", "lr_bias_schedule"):
+        scheduled = getattr(steps, name) is not None
+        if f"training.{name}" in params and not scheduled:
+            raise ConfigError(f"learning_curve: training.{name} given but the config "
+                              f"sets no [training] {name} (its knot times)")
+        plain = f"training.{name.removesuffix('_schedule')}"
+        if plain in params and scheduled:
+            raise ConfigError(f"learning_curve: {plain} has no effect: the config sets "
+                              f"training.{name}, which replaces it")
+    p = {k: jnp.asarray(params[k] if k in params else v, jnp.float64) for k, v in base.items()}
+    schedules: dict[str, Schedule | None] = {}
+    for name in ("lr_schedule", "lr_bias_schedule"):
+        sched = getattr(steps, name)
+        schedules[name] = None if sched is None else sched.with_values(p[f"training.{name}"])
+    steps = StepSizes(lr=p.get("training.lr", steps.lr),
+                      lr_bias=p.get("training.lr_bias", steps.lr_bias),
+                      weight_decay=p["training.weight_decay"], batch=steps.batch, **schedules)
+    if "prior.amplitude" in params:
+        if amplitude == 0:
+            raise ConfigError("learning_curve: prior.amplitude is differentiated about the "
+                              "config's value, which must be non-zero")
+        # a traced factor: the priors' `scaled` bypass their constructors' checks for it
+        model = eqx.tree_at(lambda m: m.prior, model, model.prior.scaled(p["prior.amplitude"]
+                                                                         / amplitude))
+    model = eqx.tree_at(lambda m: m.noise, model, p["model.noise"])
+    return model, steps, p
+
+
 class LearningCurve(eqx.Module):
     """The population risk on the save grid as a pure function of hyperparameters:
     `curve(params)` integrates the configured ODE with the step sizes, initial scales, prior
@@ -102,21 +163,10 @@ class LearningCurve(eqx.Module):
         if checkpoints is not None:
             checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
         ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-        tr = cfg.training
-        base: dict[str, Any] = {
-            "training.lr": tr.lr, "training.lr_bias": tr.lr_bias,
-            "training.weight_decay": tr.weight_decay, "training.init_key_std": tr.init_key_std,
-            "training.init_value_std": tr.init_value_std, "training.init_bias": tr.init_bias,
-            "prior.amplitude": float(cfg.prior.amplitude), "model.noise": cfg.model.noise}
-        for name in ("lr_schedule", "lr_bias_schedule"):
-            sched = getattr(field.steps, name)
-            if sched is not None:      # the knot values replace the constant step size
-                base[f"training.{name}"] = np.asarray(sched.values, dtype=np.float64)
-                del base[f"training.{name.removesuffix('_schedule')}"]
-        base = {k: np.asarray(v, dtype=np.float64) for k, v in base.items()}
         return cls(field=field, nodes=risk_nodes(model, backend), ts=jnp.asarray(ts),
                    integrator=integrator, adjoint=adjoint_of(adjoint, checkpoints),
-                   key=jr.key(cfg.sim.seed), start_model=model, base=base,
+                   key=jr.key(cfg.sim.seed), start_model=model,
+                   base=param_defaults(cfg, field.steps),
                    amplitude=float(cfg.prior.amplitude), dim=int(cfg.sim.dim),
                    init=cfg.ode.init, manifold=cfg.ode.form == "manifold")
 
@@ -128,42 +178,9 @@ class LearningCurve(eqx.Module):
     def field_and_start(self, params: Mapping[str, ArrayLike]
                         ) -> tuple[AbstractField, Overlaps]:
         """The vector field and the initial overlaps with `params` substituted."""
-        unknown = sorted(set(params) - set(PARAMS))
-        if unknown:
-            raise ConfigError(f"learning_curve: unknown parameter(s) {', '.join(unknown)}; "
-                              f"differentiable ones: {', '.join(PARAMS)}")
-        for name in ("lr_schedule", "lr_bias_schedule"):
-            scheduled = getattr(self.field.steps, name) is not None
-            if f"training.{name}" in params and not scheduled:
-                raise ConfigError(f"learning_curve: training.{name} given but the config "
-                                  f"sets no [training] {name} (its knot times)")
-            plain = f"training.{name.removesuffix('_schedule')}"
-            if plain in params and scheduled:
-                raise ConfigError(f"learning_curve: {plain} has no effect: the config sets "
-                                  f"training.{name}, which replaces it")
-        p = {k: jnp.asarray(params[k] if k in params else v, jnp.float64)
-             for k, v in self.base.items()}
-        field, model = self.field, self.field.model
-        steps = field.steps
-        schedules: dict[str, Schedule | None] = {}
-        for name in ("lr_schedule", "lr_bias_schedule"):
-            sched = getattr(steps, name)
-            schedules[name] = None if sched is None else sched.with_values(
-                p[f"training.{name}"])
-        steps = StepSizes(lr=p.get("training.lr", steps.lr),
-                          lr_bias=p.get("training.lr_bias", steps.lr_bias),
-                          weight_decay=p["training.weight_decay"], batch=steps.batch,
-                          **schedules)
-        if "prior.amplitude" in params:
-            a0 = self.amplitude
-            if a0 == 0:
-                raise ConfigError("learning_curve: prior.amplitude is differentiated about the "
-                                  "config's value, which must be non-zero")
-            # a traced factor: the priors' `scaled` bypass their constructors' checks for it
-            model = eqx.tree_at(lambda m: m.prior, model,
-                                model.prior.scaled(p["prior.amplitude"] / a0))
-        model = eqx.tree_at(lambda m: m.noise, model, p["model.noise"])
-        field = eqx.tree_at(lambda f: (f.model, f.steps), field, (model, steps))
+        model, steps, p = substitute(params, self.base, self.field.model, self.field.steps,
+                                     self.amplitude)
+        field = eqx.tree_at(lambda f: (f.model, f.steps), self.field, (model, steps))
         ov0 = initial_overlaps(self.start_model, self.key, self.dim, init=self.init,
                                key_std=p["training.init_key_std"],
                                value_std=p["training.init_value_std"],

@@ -7,6 +7,7 @@ from ._diffusion import flatten as flatten
 from ._diffusion import increments as increments
 from ._diffusion import n_entries as n_entries
 from ._diffusion import unflatten as unflatten
+from ._curve import SDECurve as SDECurve
 from ._run import SDEResult as SDEResult
 from ._run import build_sde as build_sde
 from ._run import drift_samples as drift_samples

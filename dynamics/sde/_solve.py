@@ -136,17 +136,20 @@ def brownian(key: PRNGKeyArray, t0: Float[Array, ""] | float, t1: Float[Array, "
 @eqx.filter_jit
 def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n p"],
                 keys: Key[Array, " n"], ts: Float[Array, " T"], grid: Float[Array, " K"],
-                tol: float) -> Float[Array, "n T p"]:
+                tol: float, adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint()
+                ) -> Float[Array, "n T p"]:
     """Integrate the SDE with `solver` ([`get_sde_solver`][]) for each path (`y0`, `keys`: a
     leading path axis, vmapped) from `ts[0]` to `ts[-1]` on the step grid `grid` (a
     [`step_grid`][]), saving at `ts`. The Brownian motion of a path lives on
-    `[ts[0], ts[-1]]`, resolved to `tol`."""
+    `[ts[0], ts[-1]]`, resolved to `tol`. `adjoint`: how the solve is differentiated
+    (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `dynamics.ode.adjoint_of`)."""
     def one(y, key):
         terms = dfx.MultiTerm(dfx.ODETerm(sde.drift_vf), dfx.ControlTerm(
             sde.diffusion_vf, brownian(key, ts[0], ts[-1], tol, sde.control_size)))
         sol = dfx.diffeqsolve(terms, solver, t0=ts[0], t1=ts[-1], dt0=None, y0=y,
                               saveat=dfx.SaveAt(ts=ts), stepsize_controller=dfx.StepTo(ts=grid),
-                              max_steps=int(grid.shape[0]) + 1, throw=False)
+                              max_steps=int(grid.shape[0]) + 1, throw=False,
+                              adjoint=adjoint)
         assert sol.ys is not None
         return sol.ys
 

@@ -1,5 +1,5 @@
-"""`headflow fit CONFIG --curve FILE.npz --params training.lr,model.noise`: hyperparameters
-fitted to an observed risk curve through the ODE."""
+"""`headflow fit CONFIG --curve FILE.npz --params training.lr,model.noise [--model sde]`:
+hyperparameters fitted to an observed risk curve through the ODE or the SDE ensemble's mean."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from dynamics import HeadflowError
 
 from .._json import write as write_json
 from .._rundir import run_dir
-from ..experiments.fit import check_names, fit_curve
-from ._common import add_config_args, checked, config_from_args, out_dir, replace_out
+from ..experiments.fit import MODELS, check_names, fit_curve
+from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
+                      replace_out)
 
 EXAMPLE = ("headflow fit validation/configs/demo.toml --curve runs/sgd-XXXX/sgd.npz "
            "--params training.lr,model.noise")
@@ -32,7 +33,8 @@ def _names(text: str) -> tuple[str, ...]:
 def register(sub) -> None:
     p = sub.add_parser("fit", help="fit hyperparameters to an observed risk curve through the "
                        "ODE (--curve, --params)",
-                       description="Least squares through the differentiable ODE "
+                       description="Least squares through the differentiable ODE, or the "
+                       "mean of an SDE ensemble with --model sde "
                        "(optimistix Levenberg-Marquardt): fit the listed config keys to an "
                        "observed risk curve (arrays t and risk of an npz file; a risk with a "
                        "seed axis, as in sgd.npz, is averaged over it). Reports the values, "
@@ -44,6 +46,11 @@ def register(sub) -> None:
     p.add_argument("--params", type=_names, required=True, metavar="KEY,KEY",
                    help="config keys to fit, e.g. training.lr,model.noise (the config gives "
                    "their starting values)")
+    p.add_argument("--model", choices=MODELS, default="ode",
+                   help="the model of the curve: the ODE (default), or the mean of an SDE "
+                   "ensemble at sim.dim (the model of an SGD seed mean whose escapes spread)")
+    p.add_argument("--paths", type=positive_int, default=None, metavar="N",
+                   help="SDE paths of --model sde (default: sde.paths)")
     p.set_defaults(func=run)
 
 
@@ -72,14 +79,20 @@ def run(args) -> dict:
     cfg = config_from_args(args)
     check_names(args.params)
     t, risk = read_curve(args.curve)
-    out = out_dir(args, "fit", cfg, f"{args.curve.resolve()} {args.params}")
+    if args.paths is not None and args.model != "sde":
+        raise HeadflowError("--paths: only with --model sde")
+    out = out_dir(args, "fit", cfg,
+                  f"{args.curve.resolve()} {args.params} {args.model} {args.paths}")
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="fit", config_toml=cfg.to_toml(),
-                 meta={"dtype": "float64", "curve": str(args.curve)}) as rd:
+                 meta={"dtype": "float64", "curve": str(args.curve), "model": args.model}
+                 ) as rd:
         with rd.timed("fit"):
-            fit = fit_curve(cfg, t, risk, args.params)
-        summary = {"values": fit.values, "se": fit.se, "start": fit.start, "rss": fit.rss,
+            fit = fit_curve(cfg, t, risk, args.params, model=args.model, paths=args.paths)
+        paths = (args.paths or cfg.sde.paths) if args.model == "sde" else None
+        summary = {"model": args.model, "paths": paths, "values": fit.values, "se": fit.se,
+                   "start": fit.start, "rss": fit.rss,
                    "residual_rms": fit.residual_rms, "dof": fit.dof,
                    "converged": fit.converged, "solver_steps": fit.steps, "out": str(out)}
         rd.save_npz("fit.npz", {"t": fit.t, "risk_observed": fit.observed,
@@ -89,7 +102,8 @@ def run(args) -> dict:
 
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         ax.plot(fit.t, fit.observed, "o", ms=3, label="observed")
-        ax.plot(fit.t, fit.fitted, "-", label="ODE, fitted: " + ", ".join(
+        what = "ODE" if args.model == "ode" else f"SDE mean ({paths} paths)"
+        ax.plot(fit.t, fit.fitted, "-", label=f"{what}, fitted: " + ", ".join(
             f"{k} = {v:.4g} ± {fit.se[k]:.2g}" for k, v in fit.values.items()))
         ax.set_xlabel("t = steps / D")
         ax.set_ylabel("population risk")

@@ -1,5 +1,5 @@
-"""Hyperparameters fitted to an observed risk curve by least squares through the ODE
-(`headflow fit`, `docs/differentiable.md`)."""
+"""Hyperparameters fitted to an observed risk curve by least squares through the ODE or the
+SDE ensemble's mean (`headflow fit`, `docs/differentiable.md`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,12 @@ import optimistix as optx
 
 from dynamics import Config, ConfigError, HeadflowError
 from dynamics.ode import PARAMS, LearningCurve
+from dynamics.sde import SDECurve
+
+MODELS = ("ode", "sde")
+"""The models of a curve: `"ode"` ([`dynamics.ode.LearningCurve`][], the D → ∞ limit from one
+initial state) and `"sde"` ([`dynamics.sde.SDECurve`][], the mean over SDE paths at
+`[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,16 +57,19 @@ def check_names(names: Sequence[str]) -> list[str]:
 
 
 def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str], *,
-              max_steps: int = 100) -> Fit:
+              model: str = "ode", paths: int | None = None, max_steps: int = 100) -> Fit:
     """Least squares `min Σ_i (R_θ(t_i) − risk_i)²` over the parameters `names` (scalar keys
     of [`dynamics.ode.PARAMS`][]; the config gives the start and every other value), with
-    optimistix's Levenberg–Marquardt on the gradient of the ODE solve.
+    optimistix's Levenberg–Marquardt on the forward-mode Jacobian of the `model`'s curve (one
+    of [`MODELS`][]; `paths`: the SDE's paths, default `[sde] paths`).
 
     Standard errors from the Gauss–Newton curvature at the optimum: with the Jacobian `J` of
     the residuals, `Cov θ = s² (JᵀJ)⁻¹`, `s² = RSS/(n − p)`: the usual least-squares errors,
     which treat the residuals as independent with a common variance.
     """
     names = check_names(names)
+    if model not in MODELS:
+        raise ConfigError(f"--model {model}: choose one of {', '.join(MODELS)}")
     t = np.asarray(t, dtype=np.float64)
     risk = np.asarray(risk, dtype=np.float64)
     if t.ndim != 1 or risk.shape != t.shape or len(t) < len(names) + 1:
@@ -72,12 +81,22 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     grid = t if t[0] == 0 else np.concatenate([[0.0], t])
     skip = len(grid) - len(t)
     cfg = cfg.replace(**{"training.t_max": float(t[-1])})
-    curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
+    curve: LearningCurve | SDECurve
+    if model == "sde":
+        curve = SDECurve.from_config(cfg, times=grid, paths=paths, adjoint="forward")
+    else:
+        curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
     start = {n: jnp.asarray(v) for n, v in curve.defaults().items() if n in names}
     target = jnp.asarray(risk)
 
     def residuals(y, c):
         return c(y)[skip:] - target
+
+    if not np.all(np.isfinite(np.asarray(eqx.filter_jit(residuals)(start, curve)))):
+        hint = (" (an SDE path left the domain: lower sde.dt or raise sde.samples_drift)"
+                if model == "sde" else "")
+        raise HeadflowError(f"the {model.upper()} curve at the starting values is not "
+                            f"finite{hint}")
 
     # a few parameters against many residuals: the Jacobian in forward mode (one tangent
     # solve per parameter) costs far less than reverse mode (one adjoint solve per residual)
