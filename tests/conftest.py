@@ -59,7 +59,7 @@ _start_session_cache()
 configure_cache()
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
-                 "test_sgd", "test_config_cli"}
+                 "test_sgd", "test_config_cli", "test_schedule_cli", "test_sde_cli"}
 
 
 @pytest.fixture(autouse=True, scope="module")
