@@ -127,11 +127,11 @@ def test_lr_with_a_schedule_is_refused():
         learning_curve({"training.lr": 1.0}, load_config(None, BASE + SCHEDULES))
 
 
-# four SDE paths of a small softmax-1 model with label noise (the config of `headflow fit
+# three SDE paths of a small softmax-1 model with label noise (the config of `headflow fit
 # --model sde`'s test, tests/test_schedule_cli.py)
-SDE_BASE = ["model.L=2", "model.activation=softmax1", "model.noise=0.2", "ode.samples=128",
-            "sde.samples_noise=64", "sde.dt=0.1", "training.t_max=3", "output.n_save=7",
-            "sim.dim=400", "sim.risk_samples=512", "sde.paths=4"]
+SDE_BASE = ["model.L=2", "model.activation=softmax1", "model.noise=0.2", "ode.samples=64",
+            "sde.samples_noise=64", "sde.dt=0.2", "training.t_max=2", "output.n_save=6",
+            "sim.dim=400", "sim.risk_samples=256", "sde.paths=3"]
 
 
 def test_sde_curve_is_the_ensemble_mean_and_differentiable():

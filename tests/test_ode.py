@@ -170,8 +170,8 @@ def test_random_start_has_order_inverse_sqrt_d_differences():
 
 
 def test_stiff_solver_matches_the_explicit_one():
-    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=1024",
-                               "sim.dim=300"])
+    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=256",
+                               "sim.dim=300", "model.L=2"])
     a = run_ode(cfg)
     b = run_ode(cfg.replace(**{"ode.solver": "kvaerno3"}))
     np.testing.assert_allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m), atol=2e-5)

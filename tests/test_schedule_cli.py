@@ -105,7 +105,7 @@ def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
                  "--curve", str(curve), "--params", "training.lr,model.noise", "--model",
                  "sde", "--out", str(out), "--json"]) == 0
     summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["model"] == "sde" and summary["paths"] == 4
+    assert summary["model"] == "sde" and summary["paths"] == 3
     for k, v in truth.items():
         assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
     assert summary["residual_rms"] < 1e-6 and summary["converged"]

@@ -45,7 +45,7 @@ def _deviation(sgd, ode, t_window):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CONFIGS)
 def test_deviation_shrinks_with_dimension(name):
-    base = d.load_config(None, CONFIGS[name] + ["sim.seeds=4", "ode.samples=16384"])
+    base = d.load_config(None, CONFIGS[name] + ["sim.seeds=4", "ode.samples=8192"])
     runs = {}
     for dim, space in ((500, "weights"), (4000, "overlaps")):
         runs[dim] = compare(base.replace(**{"sim.dim": dim, "sim.space": space}))
