@@ -65,24 +65,34 @@ def test_schedule_bad_inputs(tmp_path, capsys, argv, needle):
     assert not out.exists()
 
 
+def _fit_made_curve(tmp_path, capsys, sets, risk, t, start, *extra):
+    """`headflow fit --json` of `(t, risk)` for training.lr and model.noise, from `start`, on the
+    config `sets`; the JSON summary (checked: recovered) and the output folder."""
+    curve = tmp_path / "curve.npz"
+    np.savez(curve, t=t, risk=risk)
+    out = tmp_path / "fit"
+    argv = [x for s in sets for x in ("--set", s)]
+    starts = [x for k, v in start.items() for x in ("--set", f"{k}={v}")]
+    assert main(["fit", *argv, *starts, "--curve", str(curve), "--params",
+                 "training.lr,model.noise", *extra, "--out", str(out), "--json"]) == 0
+    return _strict(capsys.readouterr().out.strip().splitlines()[-1]), out
+
+
+def _assert_recovered(summary, truth):
+    for k, v in truth.items():
+        assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
+    assert summary["residual_rms"] < 1e-6 and summary["converged"]
+
+
 def test_fit_recovers_an_ode_curve(tmp_path, capsys):
     """A curve made by the ODE at known η and Δ is fitted from a start 20% off."""
     sets = ["model.L=2", "ode.samples=256", "output.n_save=21", "training.t_max=6",
             "model.activation=softmax1"]
     truth = {"training.lr": 0.7, "model.noise": 0.3}
     cfg = load_config(None, sets)
-    risk = np.asarray(learning_curve(truth, cfg))
-    curve = tmp_path / "curve.npz"
-    np.savez(curve, t=cfg.save_times(), risk=risk)
-    out = tmp_path / "fit"
-    argv = [x for s in sets for x in ("--set", s)]
-    assert main(["fit", *argv, "--set", "training.lr=0.85", "--set", "model.noise=0.24",
-                 "--curve", str(curve), "--params", "training.lr,model.noise", "--out",
-                 str(out), "--json"]) == 0
-    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
-    for k, v in truth.items():
-        assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
-    assert summary["residual_rms"] < 1e-6 and summary["converged"]
+    summary, out = _fit_made_curve(tmp_path, capsys, sets, np.asarray(learning_curve(truth, cfg)),
+                                   cfg.save_times(), {"training.lr": 0.85, "model.noise": 0.24})
+    _assert_recovered(summary, truth)
     assert sorted(p.name for p in out.iterdir()) == ["config.toml", "fit.json", "fit.npz",
                                                      "fit.png", "meta.json"]
 
@@ -97,18 +107,10 @@ def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
     cfg = load_config(None, SDE_BASE)
     truth = {"training.lr": 0.8, "model.noise": 0.25}
     risk = np.asarray(SDECurve.from_config(cfg)(truth))
-    curve = tmp_path / "curve.npz"
-    np.savez(curve, t=cfg.save_times(), risk=risk)
-    out = tmp_path / "fit"
-    argv = [x for s in SDE_BASE for x in ("--set", s)]
-    assert main(["fit", *argv, "--set", "training.lr=0.96", "--set", "model.noise=0.2",
-                 "--curve", str(curve), "--params", "training.lr,model.noise", "--model",
-                 "sde", "--out", str(out), "--json"]) == 0
-    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    summary, out = _fit_made_curve(tmp_path, capsys, SDE_BASE, risk, cfg.save_times(),
+                                   {"training.lr": 0.96, "model.noise": 0.2}, "--model", "sde")
     assert summary["model"] == "sde" and summary["paths"] == 3
-    for k, v in truth.items():
-        assert summary["values"][k] == pytest.approx(v, rel=1e-5), k
-    assert summary["residual_rms"] < 1e-6 and summary["converged"]
+    _assert_recovered(summary, truth)
     assert _strict((out / "meta.json").read_text())["model"] == "sde"
 
 
