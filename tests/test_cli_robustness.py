@@ -166,8 +166,8 @@ def test_help_texts(capsys):
         main(["--help"])
     text = capsys.readouterr().out
     assert "The `headflow` command line" not in text and "Learning dynamics" in text
-    for command in ["sgd", "ode", "compare", "bayes", "phases", "escape", "activations",
-                    "prune", "sweep", "demo"]:
+    for command in ["sgd", "ode", "compare", "bayes", "phases", "escape", "scaling",
+                    "activations", "prune", "sweep", "demo"]:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
@@ -219,8 +219,8 @@ def test_interrupt_stops_cleanly(tmp_path, command, sig, code, after):
 
 # -- the fuzzer -------------------------------------------------------------------------------
 
-COMMANDS = ["sgd", "ode", "compare", "bayes", "phases", "escape", "activations", "prune",
-            "sweep", "sde"]
+COMMANDS = ["sgd", "ode", "compare", "bayes", "phases", "escape", "scaling", "activations",
+            "prune", "sweep", "sde"]
 KEYS = ["model.L", "model.H", "model.F", "model.activation", "model.noise", "model.rho",
         "model.train_values", "prior.kind", "prior.amplitude", "prior.p", "prior.points",
         "prior.weights", "prior.mean", "prior.var", "prior.direction", "training.lr",
@@ -252,6 +252,7 @@ CHEAP = {"bayes": ["--samples", "64"], "activations": ["--t-max", "0.1", "--risk
                                                        "64", "--bayes-samples", "64"],
          "prune": ["--t-max", "0.1", "--risk-samples", "64", "--random-orders", "0"],
          "escape": ["--dims", "24,30", "--seeds", "1", "--paths", "2", "--extrapolate", ""],
+         "scaling": ["--dims", "24,30,36", "--seeds", "2"],
          "sweep": ["--grid", "training.lr=0.5"], "compare": ["--paths", "2"],
          "sde": ["--paths", "2"]}
 

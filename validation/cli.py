@@ -39,6 +39,7 @@ _COMMAND_MODULES = (
     "validation.commands.bayes",
     "validation.commands.phases",
     "validation.commands.escape",
+    "validation.commands.scaling",
     "validation.commands.activations",
     "validation.commands.prune",
     "validation.commands.sweep",

@@ -42,6 +42,8 @@ from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, 
 from dynamics.ode import BLOWUP, Integrator, backend_of, symmetric_start
 from sims import sgd_overlaps
 
+from ._fit import linear_fit
+
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
 
@@ -180,14 +182,7 @@ def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
     if len(np.unique(x)) < 2 or len(y) < 3:
         raise HeadflowError("escape: fewer than two dimensions (or three runs) escaped before "
                             "t_max; raise training.t_max or use more seeds")
-    from scipy import stats
-
-    fit = stats.linregress(x, y)
-    dof = len(y) - 2
-    half = stats.t.ppf(0.5 + level / 2, dof) * fit.stderr
-    return {"slope": float(fit.slope), "intercept": float(fit.intercept),
-            "stderr": float(fit.stderr), "ci": [float(fit.slope - half), float(fit.slope + half)],
-            "level": level, "runs": int(len(y)), "dof": int(dof)}
+    return linear_fit(x, y, level)
 
 
 def calibrate_offset(theory: LinearTheory, dims, times: np.ndarray) -> float:
