@@ -47,19 +47,27 @@ def main():
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--backsolve", action="store_true")
+    p.add_argument("--checkpoints", default=None,
+                   help="comma-separated checkpoint counts of the recursive adjoint to time "
+                   "(`none`: diffrax's log(max_steps); default: LearningCurve's default)")
     a = p.parse_args()
     cfg = d.load_config(a.config, a.set)
     print(f"config {a.config} {a.set}: t_max = {cfg.training.t_max}, ode.samples = "
           f"{cfg.ode.samples}, rhs = {cfg.ode.rhs}, rtol = {cfg.ode.rtol}")
-    adjoints = ["recursive"] + (["backsolve"] if a.backsolve else [])
+    runs: list[tuple[str, dict]] = [("recursive", {})]
+    if a.checkpoints:
+        runs = [(f"recursive, checkpoints={c}", {"checkpoints": None if c == "none" else int(c)})
+                for c in a.checkpoints.split(",")]
+    if a.backsolve:
+        runs.append(("backsolve", {"adjoint": "backsolve"}))
     value = eqx.filter_jit(lambda c, q: c(q))
     grad = eqx.filter_jit(lambda c, q: jax.grad(lambda q: final_risk(c(q)))(q))
-    for adjoint in adjoints:
-        curve = LearningCurve.from_config(cfg, adjoint=adjoint)
+    for name, kwargs in runs:
+        curve = LearningCurve.from_config(cfg, **kwargs)
         params = curve.defaults()
         c_solve, t_solve = timed(value, curve, params, repeat=a.repeat)
         c_grad, t_grad = timed(grad, curve, params, repeat=a.repeat)
-        print(f"{adjoint:9s}: solve {t_solve:.3f} s (compile {c_solve:.1f} s); gradient in "
+        print(f"{name}: solve {t_solve:.3f} s (compile {c_solve:.1f} s); gradient in "
               f"{len(params)} parameters {t_grad:.3f} s (compile {c_grad:.1f} s); ratio "
               f"{t_grad / t_solve:.2f}x (target <= 5x)")
 

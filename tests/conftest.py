@@ -12,11 +12,11 @@
 - Caches between runs (JAX's persistent compilation cache and the generated symbolic code) live
   in one fresh folder per test session, shared by the xdist workers and by the command lines the
   tests start as subprocesses, and removed at the end (see below).
-- The modules listed in `_FAST_COMPILE` run with `jax_disable_most_optimizations` (XLA's LLVM
-  at -O0): they are dominated by compiling many small programs, not by running them, and this
-  cuts their CPU time by about a third. The flag only changes code generation, not the
-  semantics of the programs (and it is not part of JAX's compilation cache key, so toggling it
-  per module is safe).
+- The modules listed in `_FAST_COMPILE`, and the tests marked `fast_compile`, run with
+  `jax_disable_most_optimizations` (XLA's LLVM at -O0): they are dominated by compiling many
+  small programs, not by running them, and this cuts their CPU time by a tenth to a third. The
+  flag only changes code generation, not the semantics of the programs (and it is not part of
+  JAX's compilation cache key, so toggling it per module is safe).
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ _start_session_cache()
 configure_cache()
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
-                 "test_sgd", "test_config_cli", "test_schedule_cli", "test_sde_cli"}
+                 "test_sgd", "test_config_cli", "test_schedule_cli", "test_sde_cli", "test_ode",
+                 "test_learning_curve", "test_scaling", "test_phases",
+                 "test_pruning", "test_activations_cmd"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -73,6 +75,16 @@ def _fast_compile(request):
     # module's compiled programs keeps its memory from growing (a worker once crashed inside
     # XLA's compiler late in a run, with no reproducer)
     jax.clear_caches()
+
+
+@pytest.fixture(autouse=True)
+def _fast_compile_test(request):
+    """`@pytest.mark.fast_compile`: one compile-bound test in a module that is not."""
+    if request.node.get_closest_marker("fast_compile") is None:
+        yield
+    else:
+        with xla_optimizations(False):
+            yield
 
 
 def pytest_unconfigure(config):

@@ -189,32 +189,45 @@ INTERRUPTED = {
 }
 
 
-def _interrupt(argv, out: Path, sig: int, after: float) -> subprocess.CompletedProcess:
-    """Run `headflow ARGV --out OUT` in a subprocess (from the folder that holds OUT's first
-    missing parent) and send it `sig` after `after` seconds."""
+SIGNALS = [(signal.SIGINT, 130, 4.0), (signal.SIGINT, 130, 12.0), (signal.SIGTERM, 143, 9.0)]
+"""(signal, expected exit status, seconds after the start at which it is sent)."""
+
+
+def _start(argv, out: Path) -> subprocess.Popen:
+    """Start `headflow ARGV --out OUT` in a subprocess, from the folder that holds OUT's first
+    missing parent."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cwd = next(p for p in out.parents if p.exists())
-    proc = subprocess.Popen([sys.executable, "-m", "validation", *argv, "--out", str(out)],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    time.sleep(after)
-    proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return subprocess.Popen([sys.executable, "-m", "validation", *argv, "--out", str(out)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("command", list(INTERRUPTED))
-@pytest.mark.parametrize("sig,code,after", [(signal.SIGINT, 130, 4.0),
-                                            (signal.SIGINT, 130, 12.0),
-                                            (signal.SIGTERM, 143, 9.0)])
-def test_interrupt_stops_cleanly(tmp_path, command, sig, code, after):
-    out = tmp_path / "nested" / "res"
-    done = _interrupt(INTERRUPTED[command], out, sig, after)
-    assert done.returncode == code, (done.returncode, done.stderr[-2000:])
-    assert "headflow: interrupted" in done.stderr
-    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr
-    assert not (tmp_path / "nested").exists(), _files(tmp_path)
+def test_interrupt_stops_cleanly(tmp_path):
+    """Every command of `INTERRUPTED`, sent each of `SIGNALS`: exit status 128 + signal, one
+    line `headflow: interrupted`, no traceback, nothing left of the nested output folder.
+
+    The nine runs go at once: each mostly waits for its signal, so one after the other they
+    would hold a test worker for two minutes. Under that load the delays fall in start-up,
+    compilation and computation alike, which is what the different delays are for."""
+    cases = [(command, sig, code, after) for command in INTERRUPTED
+             for sig, code, after in SIGNALS]
+    t0 = time.monotonic()
+    procs = []
+    for i, (command, *_) in enumerate(cases):
+        (tmp_path / f"case{i}").mkdir()
+        procs.append(_start(INTERRUPTED[command], tmp_path / f"case{i}" / "nested" / "res"))
+    for i in sorted(range(len(cases)), key=lambda i: cases[i][3]):
+        time.sleep(max(0.0, t0 + cases[i][3] - time.monotonic()))
+        procs[i].send_signal(cases[i][1])
+    for i, (command, sig, code, after) in enumerate(cases):
+        _, stderr = procs[i].communicate(timeout=300)
+        what = f"{command} after {after} s, signal {sig}"
+        assert procs[i].returncode == code, (what, procs[i].returncode, stderr[-2000:])
+        assert "headflow: interrupted" in stderr, (what, stderr[-2000:])
+        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (what, stderr)
+        assert not (tmp_path / f"case{i}" / "nested").exists(), (what, _files(tmp_path))
 
 
 # -- the fuzzer -------------------------------------------------------------------------------

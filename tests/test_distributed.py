@@ -40,7 +40,8 @@ def _free_port() -> int:
 def _env(devices: int | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HEADFLOW_", "JAX_", "XLA_", "SLURM_", "OMPI_"))}
-    env.update(JAX_PLATFORMS="cpu", HEADFLOW_CACHE="0",
+    # tiny runs: compiling dominates, so every process (the reference too) compiles at -O0
+    env.update(JAX_PLATFORMS="cpu", HEADFLOW_CACHE="0", JAX_DISABLE_MOST_OPTIMIZATIONS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

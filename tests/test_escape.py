@@ -128,6 +128,7 @@ def test_escape_command_rejects_bad_input(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.fast_compile
 def test_escape_command_small(tmp_path, capsys):
     """End to end on a tiny problem, with the SDE (2 paths per D, one extrapolated D): files,
     JSON keys and shapes, consistency of the report."""
