@@ -10,8 +10,13 @@ separately), the best of `--repeat` runs of:
    (`dynamics.ode.PARAMS`), with the recursive-checkpoint adjoint (default) and, with
    `--backsolve`, the backsolve adjoint.
 
+`--split` also times, for the default adjoint, where the gradient's time goes: the solve alone
+(no risk on the save grid), the gradient of the risk of the final state alone, and one
+evaluation of the right-hand side at the initial state without and with its vector–Jacobian
+product (the pull-back every step of the gradient pays).
+
 Usage: `python benchmarks/bench_grad.py [CONFIG] [--set section.key=value ...] [--repeat 3]
-[--backsolve]`.
+[--backsolve] [--checkpoints 128,none,...] [--split]`.
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ def main():
     p.add_argument("--checkpoints", default=None,
                    help="comma-separated checkpoint counts of the recursive adjoint to time "
                    "(`none`: diffrax's log(max_steps); default: LearningCurve's default)")
+    p.add_argument("--split", action="store_true",
+                   help="also time the solve alone, the gradient of the final state's risk and "
+                   "one right-hand side with and without its vector-Jacobian product")
     a = p.parse_args()
     cfg = d.load_config(a.config, a.set)
     print(f"config {a.config} {a.set}: t_max = {cfg.training.t_max}, ode.samples = "
@@ -70,6 +78,37 @@ def main():
         print(f"{name}: solve {t_solve:.3f} s (compile {c_solve:.1f} s); gradient in "
               f"{len(params)} parameters {t_grad:.3f} s (compile {c_grad:.1f} s); ratio "
               f"{t_grad / t_solve:.2f}x (target <= 5x)")
+    if a.split:
+        split(LearningCurve.from_config(cfg), a.repeat)
+
+
+def split(curve: LearningCurve, repeat: int) -> None:
+    """The pieces of one gradient, each after compilation, best of `repeat`."""
+    params = curve.defaults()
+    solve = eqx.filter_jit(lambda c, q: c.overlaps(q)[0])
+
+    def last_risk(c, q):
+        field, _ = c.field_and_start(q)
+        ys, _ = c.overlaps(q)
+        last = jax.tree.map(lambda x: x[-1], ys)
+        return d.population_risk(field.model, last, c.nodes, manifold=c.manifold)[0]
+
+    grad_last = eqx.filter_jit(lambda c, q: jax.grad(lambda q: last_risk(c, q))(q))
+    _, t_solve = timed(solve, curve, params, repeat=repeat)
+    _, t_last = timed(grad_last, curve, params, repeat=repeat)
+    print(f"split: solve alone {t_solve:.3f} s; gradient of the final state's risk {t_last:.3f} s "
+          f"({t_last / t_solve:.2f}x the solve)")
+    field, ov0 = curve.field_and_start(params)
+    rhs = eqx.filter_jit(lambda f, y: f(0.0, y, None))
+
+    def pulled_back(f, y):
+        out, vjp = jax.vjp(lambda y: f(0.0, y, None), y)
+        return vjp(out)
+
+    _, t_rhs = timed(rhs, field, ov0, repeat=max(repeat, 5))
+    _, t_vjp = timed(eqx.filter_jit(pulled_back), field, ov0, repeat=max(repeat, 5))
+    print(f"split: one right-hand side {1e3 * t_rhs:.2f} ms, with its vector-Jacobian product "
+          f"{1e3 * t_vjp:.2f} ms ({t_vjp / t_rhs:.2f}x)")
 
 
 if __name__ == "__main__":
