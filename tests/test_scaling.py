@@ -14,6 +14,7 @@ from validation.cli import main
 from validation.experiments.scaling import deviation, loglog_fit, order_vector
 
 from _util import strict_json
+from test_escape import CI_CONFIG
 
 H, F = 2, 1
 SHAPES = {"m": (H, F), "q": (H, H), "n": (H,), "s": (H, H), "b": (H,)}
@@ -67,32 +68,11 @@ def test_loglog_fit_recovers_a_power_law_and_its_interval_covers():
     assert abs(p - 0.95) < 5 * np.sqrt(0.95 * 0.05 / n_rep)
 
 
-CONFIG = """
-[model]
-L = 4
-H = 2
-F = 1
-activation = "softmax"
-
-[prior]
-kind = "flipped_spike"
-amplitude = 7.0
-p = 0.7
-
-[training]
-lr = 1.0
-t_max = 2.0
-
-[ode]
-samples = 256
-
-[sim]
-seeds = 3
-space = "overlaps"
-
-[output]
-n_save = 21
-"""
+# the escape tests' CI experiment (two softmax heads, flipped spike), short, as the overlap chain
+CONFIG = (CI_CONFIG.replace("t_max = 10.0", "t_max = 2.0")
+          .replace("samples = 2048", "samples = 256")
+          .replace("seeds = 32", 'seeds = 3\nspace = "overlaps"')
+          .replace("n_save = 101", "n_save = 21"))
 
 
 def test_scaling_command_small(tmp_path, capsys):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics import Config, HeadflowError, load_config
+from dynamics import Config, ConfigError, HeadflowError, load_config
 from dynamics.activations import activation_names
 from dynamics.config import parse_value
 from dynamics.expectations import MIN_SAMPLES
@@ -89,6 +89,14 @@ def out_dir(args: argparse.Namespace, command: str, cfg: Config | None, extra: s
     if args.out is not None:
         return args.out
     return default_out(command, (cfg.to_toml() if cfg is not None else "") + extra)
+
+
+def check_dims(cfg: Config, dims) -> None:
+    """Every dimension of `dims` (`--dims` and friends) exceeds `model.F`, as `sim.dim` must."""
+    small = [d for d in dims if d < cfg.model.F + 1]
+    if small:
+        raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
+                          "teacher needs F + 1 orthogonal directions)")
 
 
 def show_progress() -> bool:

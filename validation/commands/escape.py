@@ -13,8 +13,8 @@ from .._json import write as write_json
 from .._rundir import run_dir
 from ..experiments.escape import EXTRAPOLATE, escape_study
 from ..plots.phases import plot_escape
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
-                      positive_int, replace_out, show_progress)
+from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
+                      positive_float, positive_int, replace_out, show_progress)
 
 
 def dims_list(text: str) -> list[int]:
@@ -89,10 +89,7 @@ def run(args) -> dict:
         raise ConfigError(f"model.H = {cfg.model.H}: escape times need at least 2 heads")
     sde = not args.no_sde
     extrapolate = args.extrapolate if sde else []
-    small = [d for d in [*args.dims, *extrapolate] if d < cfg.model.F + 1]
-    if small:
-        raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
-                          "teacher needs F + 1 orthogonal directions)")
+    check_dims(cfg, [*args.dims, *extrapolate])
     if sde and cfg.sde.dt > cfg.training.t_max:
         raise ConfigError(f"sde.dt = {cfg.sde.dt}: must be <= training.t_max")
     paths = cfg.sde.paths if sde else None

@@ -9,7 +9,7 @@ from .._json import write as write_json
 from .._rundir import run_dir
 from ..experiments.scaling import SLOPE_EXPECTED, scaling_study
 from ..plots.scaling import plot_scaling
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
+from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir, positive_int,
                       replace_out, show_progress)
 from .escape import dims_list
 
@@ -42,10 +42,7 @@ def run(args) -> dict:
     if len(args.dims) < 3:
         raise ConfigError(f"--dims: need at least three dimensions for a slope interval, got "
                           f"{','.join(map(str, args.dims))}")
-    small = [d for d in args.dims if d < cfg.model.F + 1]
-    if small:
-        raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
-                          "teacher needs F + 1 orthogonal directions)")
+    check_dims(cfg, args.dims)
     if cfg.sim.seeds < 2:
         raise ConfigError("sim.seeds = 1: the deviation's spread and error bars need at least "
                           "2 seeds")
