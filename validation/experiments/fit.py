@@ -86,13 +86,26 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
         curve = SDECurve.from_config(cfg, times=grid, paths=paths, adjoint="forward")
     else:
         curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
-    start = {n: jnp.asarray(v) for n, v in curve.defaults().items() if n in names}
+    # strong-typed leaves: the start and the solver's answer then share one compiled program
+    real = jnp.result_type(float)
+    start = {n: jnp.asarray(v, dtype=real) for n, v in curve.defaults().items()
+             if n in names}
     target = jnp.asarray(risk)
 
     def residuals(y, c):
         return c(y)[skip:] - target
 
-    if not np.all(np.isfinite(np.asarray(eqx.filter_jit(residuals)(start, curve)))):
+    @eqx.filter_jit
+    def jacobian_and_residuals(y, c):
+        # one program for the start's check and the optimum's curvature: compiling the curve
+        # costs seconds, its p forward-mode tangents at one point a few solves
+        def twice(y):
+            r = residuals(y, c)
+            return r, r
+        return jax.jacfwd(twice, has_aux=True)(y)
+
+    _, res0 = jacobian_and_residuals(start, curve)
+    if not np.all(np.isfinite(np.asarray(res0))):
         hint = (" (an SDE path left the domain: lower sde.dt or raise sde.samples_drift)"
                 if model == "sde" else "")
         raise HeadflowError(f"the {model.upper()} curve at the starting values is not "
@@ -104,9 +117,9 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     sol: optx.Solution = optx.least_squares(residuals, solver, start, args=curve,
                                             options={"jac": "fwd"}, max_steps=max_steps,
                                             throw=False)
-    y = sol.value
-    res = np.asarray(eqx.filter_jit(residuals)(y, curve))
-    jac = eqx.filter_jit(jax.jacfwd(residuals))(y, curve)
+    y = {n: jnp.asarray(v, dtype=real) for n, v in sol.value.items()}
+    jac, res = jacobian_and_residuals(y, curve)
+    res = np.asarray(res)
     J = np.stack([np.asarray(jac[n]).reshape(-1) for n in names], axis=1)     # (n, p)
     rss = float(np.sum(res**2))
     dof = len(t) - len(names)
