@@ -4,6 +4,7 @@ factors.
 
     python benchmarks/bench_sde.py [CONFIG] [--dim 1000] [--paths 64] [--seeds 32]
         [--set section.key=value ...]
+    python benchmarks/bench_sde.py --cost [CONFIG] [--dims 4000,1000000] [--paths 256] [--seeds 16]
     python benchmarks/bench_sde.py --factors [CONFIG]
     python benchmarks/bench_sde.py --solvers [CONFIG] [--dim 4000]
 
@@ -19,6 +20,17 @@ times of both.
 integrated by `tsit5` (`FullField`, 16384 and `[sde] samples_drift` nodes, `rtol = 10⁻⁶`) and
 by the SDE solvers at several steps; printed: the escape time of each start. Euler's
 first-order drift error delays the escape.
+
+`--cost`: the issue's cost criterion. At each D of `--dims` (default 4000 and 10⁶), the wall
+time of `--paths` SDE paths to `t_max` (`run_sde` as `headflow sde` calls it, compilation
+included) against `--seeds` seeds (default 16) of online SGD in weight space to the same
+`t_max`, i.e. `t_max·D` steps. The SGD is the lean, independent reference of
+`bench_theory_cost.py` (`benchmarks/_reference_sgd.py`, no headflow code, seeds vmapped; it
+simulates Bayes-softmax heads on a flipped spike, the demo config's model, so only configs of
+that model are a fair comparison), timed per step in this run as the difference of two run
+lengths (its compilation excluded, so the baseline is the cheapest the simulation can be) and
+multiplied by `t_max·D` steps: run to the end, it would take minutes at D = 4000 and more than
+a year at 10⁶.
 
 `--factors`: wall time of one evaluation of the drift (`FullField` at `[sde] samples_drift`
 nodes) and of the diffusion factored from the centred increments (`"nodes"`) and by `eigh`
@@ -90,6 +102,25 @@ def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
           f"compilation included), SGD {t_sgd:.1f} s")
 
 
+def cost(cfg: d.Config, dims: list[int], paths: int, seeds: int) -> None:
+    from bench_theory_cost import sgd_cost
+
+    t_max = cfg.training.t_max
+    for dim in dims:
+        t0 = time.perf_counter()
+        sde = run_sde(cfg, dim=dim, paths=paths)
+        t_sde = time.perf_counter() - t0
+        n1, n2 = (500, 4500) if dim <= 10**5 else (2, 12)
+        per_step = float(sgd_cost(dim, seeds, cfg, n1, n2)["per_step"][0])
+        t_sgd = per_step * t_max * dim
+        print(f"D = {dim}: {paths} SDE paths to t = {t_max:g} took {t_sde:.1f} s wall "
+              f"({'compilation included' if dim == dims[0] else 'compiled above'}, "
+              f"{int((~sde.paths_valid).sum())} left the domain); "
+              f"{seeds}-seed SGD {per_step * 1e3:.3g} ms per step (from {n2 - n1} steps) x "
+              f"{t_max * dim:.3g} steps = {t_sgd:.4g} s; SDE/SGD = {t_sde / t_sgd:.3g} "
+              f"(target < 1)", flush=True)
+
+
 def factors(cfg: d.Config, dim: int) -> None:
     model = cfg.build_model()
     y0 = initial_states(cfg, model, path_keys(0, 1)[0], dim)[0]
@@ -149,18 +180,23 @@ def main() -> None:
     p.add_argument("config", nargs="?", default=str(ROOT / "validation/configs/demo.toml"))
     p.add_argument("--dim", type=int, default=1000)
     p.add_argument("--paths", type=int, default=64)
-    p.add_argument("--seeds", type=int, default=32)
+    p.add_argument("--seeds", type=int, default=None,
+                   help="SGD seeds (default 32; with --cost, 16)")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--factors", action="store_true")
     p.add_argument("--solvers", action="store_true")
+    p.add_argument("--cost", action="store_true")
+    p.add_argument("--dims", default="4000,1000000", help="with --cost")
     args = p.parse_args()
     cfg = d.load_config(args.config, args.set)
-    if args.factors:
+    if args.cost:
+        cost(cfg, [int(x) for x in args.dims.split(",")], args.paths, args.seeds or 16)
+    elif args.factors:
         factors(cfg, args.dim)
     elif args.solvers:
         solvers(cfg, args.dim)
     else:
-        ensemble(cfg, args.dim, args.paths, args.seeds)
+        ensemble(cfg, args.dim, args.paths, args.seeds or 32)
 
 
 if __name__ == "__main__":

@@ -76,13 +76,13 @@ def fmt(x: np.ndarray) -> str:
     return f"{x[0]:.3g} s wall / {x[1]:.3g} s cpu"
 
 
-def sgd_cost(dim: int, seeds: int, cfg: d.Config) -> dict:
-    """Seconds per SGD step (all seeds together) of the lean reference."""
+def sgd_cost(dim: int, seeds: int, cfg: d.Config, n1: int = 500, n2: int = 4500) -> dict:
+    """Seconds per SGD step (all seeds together) of the lean reference: the difference of runs
+    of `n2` and `n1` steps over `n2 − n1` (fewer steps where one costs seconds, at large D)."""
     tr, pr = cfg.training, cfg.prior
     run = make_run(dim, cfg.model.H, cfg.model.L, amplitude=pr.amplitude, p=pr.p, lr=tr.lr,
                    lr_bias=tr.lr_bias, init_std=tr.init_key_std)
     keys = jr.split(jr.key(0), seeds)
-    n1, n2 = 500, 4500
     c = Clock()
     jax.block_until_ready(run(keys, n1))
     first = c.stop()
