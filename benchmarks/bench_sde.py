@@ -190,13 +190,14 @@ def main() -> None:
     args = p.parse_args()
     cfg = d.load_config(args.config, args.set)
     if args.cost:
-        cost(cfg, [int(x) for x in args.dims.split(",")], args.paths, args.seeds or 16)
+        cost(cfg, [int(x) for x in args.dims.split(",")], args.paths,
+             16 if args.seeds is None else args.seeds)
     elif args.factors:
         factors(cfg, args.dim)
     elif args.solvers:
         solvers(cfg, args.dim)
     else:
-        ensemble(cfg, args.dim, args.paths, args.seeds or 32)
+        ensemble(cfg, args.dim, args.paths, 32 if args.seeds is None else args.seeds)
 
 
 if __name__ == "__main__":

@@ -86,10 +86,13 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
         curve = SDECurve.from_config(cfg, times=grid, paths=paths, adjoint="forward")
     else:
         curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
-    # strong-typed leaves: the start and the solver's answer then share one compiled program
-    real = jnp.result_type(float)
-    start = {n: jnp.asarray(v, dtype=real) for n, v in curve.defaults().items()
-             if n in names}
+
+    def strong(values):
+        # strong-typed leaves: the start and the solver's answer share one compiled program
+        return {n: jnp.asarray(v, dtype=jnp.result_type(float)) for n, v in values.items()
+                if n in names}
+
+    start = strong(curve.defaults())
     target = jnp.asarray(risk)
 
     def residuals(y, c):
@@ -117,7 +120,7 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     sol: optx.Solution = optx.least_squares(residuals, solver, start, args=curve,
                                             options={"jac": "fwd"}, max_steps=max_steps,
                                             throw=False)
-    y = {n: jnp.asarray(v, dtype=real) for n, v in sol.value.items()}
+    y = strong(sol.value)
     jac, res = jacobian_and_residuals(y, curve)
     res = np.asarray(res)
     J = np.stack([np.asarray(jac[n]).reshape(-1) for n in names], axis=1)     # (n, p)
