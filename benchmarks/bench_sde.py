@@ -115,7 +115,8 @@ def cost(cfg: d.Config, dims: list[int], paths: int, seeds: int) -> None:
         t_sgd = per_step * t_max * dim
         print(f"D = {dim}: {paths} SDE paths to t = {t_max:g} took {t_sde:.1f} s wall "
               f"({'compilation included' if dim == dims[0] else 'compiled above'}, "
-              f"{int((~sde.paths_valid).sum())} left the domain); "
+              f"{int((~sde.paths_valid).sum())} left the domain; "
+              f"{1e3 * t_sde / (sde.info['steps'] * paths):.3g} ms per step and path); "
               f"{seeds}-seed SGD {per_step * 1e3:.3g} ms per step (from {n2 - n1} steps) x "
               f"{t_max * dim:.3g} steps = {t_sgd:.4g} s; SDE/SGD = {t_sde / t_sgd:.3g} "
               f"(target < 1)", flush=True)
