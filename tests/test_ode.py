@@ -91,6 +91,26 @@ def test_analytic_value_integrals_equal_sampled_ones_off_the_manifold(activation
     assert np.median(ratio) > 1.5, ratio          # same node count: a smaller error
 
 
+@pytest.mark.parametrize("field_cls", [FullField, ManifoldField, SampledFullField])
+def test_batched_field_changes_only_the_summation_order(field_cls):
+    """`batched(n)` cuts the node sum into chunks of `chunk // n` nodes for `n` states
+    evaluated at once: under `vmap` over states it gives every state the field of the unbatched
+    field to round-off, with more than one chunk (the padded last chunk included)."""
+    model = _model(prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]))
+    hp = StepSizes(lr=0.7, lr_bias=1.2, weight_decay=0.1, batch=1)
+    field = field_cls.build(model, hp, d.expectations.MonteCarlo(samples=500, seed=3))
+    n = 5
+    batched = field.batched(n)
+    assert batched.batch == n and field.batch == 1 and field.batched(0).batch == 1
+    assert field.chunk // n < field.nodes.x.shape[0] < field.chunk   # several chunks, padded
+    base = _off_manifold() if not field_cls.manifold_form else _state(F=1)
+    states = jax.tree.map(lambda x: jnp.stack([x * (1 + 0.05 * i) for i in range(n)]), base)
+    want = eqx.filter_jit(jax.vmap(lambda o: field(0.0, o)))(states)
+    got = eqx.filter_jit(jax.vmap(lambda o: batched(0.0, o)))(states)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_expectation_backends_agree_within_error_bars(activation):
     model = _model(activation, L=2, H=1, prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]))

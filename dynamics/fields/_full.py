@@ -132,6 +132,7 @@ class FullField(AbstractField):
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
+    batch: int = eqx.field(static=True, default=1)
     chunk: ClassVar[int] = 2048
     manifold_form: ClassVar[bool] = False
 

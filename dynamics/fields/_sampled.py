@@ -86,6 +86,7 @@ class SampledFullField(AbstractField):
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
+    batch: int = eqx.field(static=True, default=1)
     chunk: ClassVar[int] = 2048
     manifold_form: ClassVar[bool] = False
 

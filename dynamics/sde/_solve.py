@@ -142,7 +142,12 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
     leading path axis, vmapped) from `ts[0]` to `ts[-1]` on the step grid `grid` (a
     [`step_grid`][]), saving at `ts`. The Brownian motion of a path lives on
     `[ts[0], ts[-1]]`, resolved to `tol`. `adjoint`: how the solve is differentiated
-    (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `dynamics.ode.adjoint_of`)."""
+    (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `dynamics.ode.adjoint_of`).
+    The drift is evaluated for the paths of a device at once, in node chunks sized for that
+    batch ([`dynamics.fields.AbstractField.batched`][])."""
+    per_device = max(1, y0.shape[0] // len(jax.devices()))
+    sde = eqx.tree_at(lambda s: s.drift, sde, sde.drift.batched(per_device))
+
     def one(y, key):
         terms = dfx.MultiTerm(dfx.ODETerm(sde.drift_vf), dfx.ControlTerm(
             sde.diffusion_vf, brownian(key, ts[0], ts[-1], tol, sde.control_size)))

@@ -37,6 +37,7 @@ class SymbolicField(AbstractField):
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
     style: str = eqx.field(static=True, default="einsum")
+    batch: int = eqx.field(static=True, default=1)
     chunk: ClassVar[int] = 2048
     manifold_form: ClassVar[bool] = True
 

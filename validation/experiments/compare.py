@@ -348,7 +348,9 @@ class ODEEnsemble(eqx.Module):
 
 @eqx.filter_jit
 def _solve_seeds(field, ov0s: Overlaps, ts, integrator: Integrator):
-    """[`dynamics.ode.solve`][] vmapped over the initial states."""
+    """[`dynamics.ode.solve`][] vmapped over the initial states (the field's node chunks sized
+    for the batch, [`dynamics.fields.AbstractField.batched`][])."""
+    field = field.batched(max(1, jax.tree.leaves(ov0s)[0].shape[0] // len(jax.devices())))
     sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
 

@@ -113,8 +113,11 @@ def _structure_key(cfg: Config, model, steps):
 
 @eqx.filter_jit
 def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise, field_cls):
+    per_device = max(1, jax.tree.leaves(ov0s)[0].shape[0] // len(jax.devices()))
+
     def one(model, step_sizes, ov0):
-        field = field_cls(model=model, steps=step_sizes, nodes=nodes, sgd_noise=sgd_noise)
+        field = field_cls(model=model, steps=step_sizes, nodes=nodes,
+                          sgd_noise=sgd_noise).batched(per_device)
         sol = solve(dfx.ODETerm(field), ov0, ts, integrator)
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
