@@ -23,7 +23,8 @@ first-order drift error delays the escape.
 
 `--cost`: the issue's cost criterion. At each D of `--dims` (default 4000 and 10⁶), the wall
 time of `--paths` SDE paths to `t_max` (`run_sde` as `headflow sde` calls it, compilation
-included) against `--seeds` seeds (default 16) of online SGD in weight space to the same
+included; printed whole and split into the integration of the paths and the risk recorded at
+every saved state of every path) against `--seeds` seeds (default 16) of online SGD in weight space to the same
 `t_max`, i.e. `t_max·D` steps. The SGD is the lean, independent reference of
 `bench_theory_cost.py` (`benchmarks/_reference_sgd.py`, no headflow code, seeds vmapped; it
 simulates Bayes-softmax heads on a flipped spike, the demo config's model, so only configs of
@@ -113,12 +114,16 @@ def cost(cfg: d.Config, dims: list[int], paths: int, seeds: int) -> None:
         n1, n2 = (500, 4500) if dim <= 10**5 else (2, 12)
         per_step = float(sgd_cost(dim, seeds, cfg, n1, n2)["per_step"][0])
         t_sgd = per_step * t_max * dim
+        t_solve = sde.info["solve_s"]
         print(f"D = {dim}: {paths} SDE paths to t = {t_max:g} took {t_sde:.1f} s wall "
               f"({'compilation included' if dim == dims[0] else 'compiled above'}, "
-              f"{int((~sde.paths_valid).sum())} left the domain; "
-              f"{1e3 * t_sde / (sde.info['steps'] * paths):.3g} ms per step and path); "
+              f"{int((~sde.paths_valid).sum())} left the domain): integrating the paths "
+              f"{t_solve:.1f} s ({1e3 * t_solve / (sde.info['steps'] * paths):.3g} ms per step "
+              f"and path), the risk at the {sde.risk.size} saved states and the rest "
+              f"{t_sde - t_solve:.1f} s; "
               f"{seeds}-seed SGD {per_step * 1e3:.3g} ms per step (from {n2 - n1} steps) x "
-              f"{t_max * dim:.3g} steps = {t_sgd:.4g} s; SDE/SGD = {t_sde / t_sgd:.3g} "
+              f"{t_max * dim:.3g} steps = {t_sgd:.4g} s (no risk recorded); SDE/SGD = "
+              f"{t_sde / t_sgd:.3g} with the risk, {t_solve / t_sgd:.3g} for the paths alone "
               f"(target < 1)", flush=True)
 
 
