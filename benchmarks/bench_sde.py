@@ -24,8 +24,8 @@ first-order drift error delays the escape.
 `--cost`: the issue's cost criterion. At each D of `--dims` (default 4000 and 10⁶), the wall
 time of `--paths` SDE paths to `t_max` (`run_sde` as `headflow sde` calls it, compilation
 included; printed whole and split into the integration of the paths and the risk recorded at
-every saved state of every path) against `--seeds` seeds (default 16) of online SGD in weight space to the same
-`t_max`, i.e. `t_max·D` steps. The SGD is the lean, independent reference of
+every saved state of every path) against `--seeds` seeds (default 16) of online SGD in weight
+space to the same `t_max`, i.e. `t_max·D` steps. The SGD is the lean, independent reference of
 `bench_theory_cost.py` (`benchmarks/_reference_sgd.py`, no headflow code, seeds vmapped; it
 simulates Bayes-softmax heads on a flipped spike, the demo config's model, so only configs of
 that model are a fair comparison), timed per step in this run as the difference of two run

@@ -54,6 +54,14 @@ def padded_size(n: int, devices: int | None = None) -> int:
     return -(-n // d) * d
 
 
+def per_device(n: int, devices: int | None = None) -> int:
+    """How many of `n` batched items each of `devices` (default: all devices) holds once they
+    are placed by [`shard_batch`][] (at least 1): the batch size that vmapped code sees on one
+    device."""
+    d = jax.device_count() if devices is None else devices
+    return max(1, padded_size(n, d) // d)
+
+
 def shard_batch(tree: Tree, n: int) -> Tree:
     """Pad the leading axis (length `n`) of every array leaf of `tree` to a multiple of the
     device count by repeating the last item, and shard it over all devices

@@ -253,3 +253,14 @@ def test_no_cluster_is_a_one_line_error():
     for flag in ("--coordinator", "--num-processes", "--process-id"):
         assert flag in err[0]
 
+
+def test_per_device_batch():
+    """The batch one device sees after `shard_batch` pads `n` items to a multiple of the
+    device count."""
+    import jax
+
+    from dynamics.sharding import padded_size, per_device
+
+    assert [per_device(n, 2) for n in (0, 1, 2, 7, 8, 9)] == [1, 1, 1, 4, 4, 5]
+    assert [padded_size(n, 3) for n in (1, 3, 4)] == [3, 3, 6]
+    assert per_device(5) == -(-5 // jax.device_count())

@@ -48,8 +48,9 @@ class AbstractField(eqx.Module):
         grid points): its chunks hold `chunk // n` nodes, so that one chunk's intermediates over
         the whole batch stay the size of `chunk` nodes of one state, which fits in the cache.
         Only the order of the summation changes (round-off). Measured on the SDE of
-        `validation/configs/demo.toml` (8 paths vmapped, 1024 drift nodes): 1.5-2x faster
-        than chunks of `chunk` nodes per state."""
+        `validation/configs/demo.toml` (8 paths vmapped, 1024 drift nodes, 2 CPU cores): one
+        drift evaluation 2.0-2.3 ms per path against 3.3-5.5 ms with chunks of `chunk` nodes
+        per state, whole solves 1.3x faster."""
         return dataclasses.replace(self, batch=max(1, int(n)))
 
     def at(self, t) -> AbstractField:

@@ -17,6 +17,7 @@ from jaxtyping import Array, Bool, Float, Key, PRNGKeyArray
 from .._errors import ConfigError
 from ..fields import AbstractField
 from ..ode import BLOWUP
+from ..sharding import per_device
 from ._diffusion import Diffusion, flatten, unflatten
 
 SOLVERS = ("euler", "drift_heun")
@@ -145,8 +146,7 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
     (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `dynamics.ode.adjoint_of`).
     The drift is evaluated for the paths of a device at once, in node chunks sized for that
     batch ([`dynamics.fields.AbstractField.batched`][])."""
-    per_device = max(1, y0.shape[0] // len(jax.devices()))
-    sde = eqx.tree_at(lambda s: s.drift, sde, sde.drift.batched(per_device))
+    sde = eqx.tree_at(lambda s: s.drift, sde, sde.drift.batched(per_device(y0.shape[0])))
 
     def one(y, key):
         terms = dfx.MultiTerm(dfx.ODETerm(sde.drift_vf), dfx.ControlTerm(

@@ -15,6 +15,7 @@ from dynamics.measures import escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
                           run_ode, sized, solve, traced_values, trajectory_risk)
 from dynamics.sde import SDEResult, run_sde
+from dynamics.sharding import per_device
 from sims import SGDResult, run_sgd
 
 _PER_HEAD = ("m", "n", "b", "kvs", "vks")
@@ -350,7 +351,7 @@ class ODEEnsemble(eqx.Module):
 def _solve_seeds(field, ov0s: Overlaps, ts, integrator: Integrator):
     """[`dynamics.ode.solve`][] vmapped over the initial states (the field's node chunks sized
     for the batch, [`dynamics.fields.AbstractField.batched`][])."""
-    field = field.batched(max(1, jax.tree.leaves(ov0s)[0].shape[0] // len(jax.devices())))
+    field = field.batched(per_device(jax.tree.leaves(ov0s)[0].shape[0]))
     sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
 

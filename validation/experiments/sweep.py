@@ -26,7 +26,7 @@ from dynamics import (ORDER_PARAMETERS, Config, ConfigError, StepSizes, check_st
 from dynamics.config import parse_value
 from dynamics.fields import key_nodes
 from dynamics.ode import BlowUp, Integrator, backend_of, field_class, initial_state, solve
-from dynamics.sharding import gather, shard_batch
+from dynamics.sharding import gather, per_device, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
 
@@ -113,11 +113,11 @@ def _structure_key(cfg: Config, model, steps):
 
 @eqx.filter_jit
 def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise, field_cls):
-    per_device = max(1, jax.tree.leaves(ov0s)[0].shape[0] // len(jax.devices()))
+    batch = per_device(jax.tree.leaves(ov0s)[0].shape[0])
 
     def one(model, step_sizes, ov0):
         field = field_cls(model=model, steps=step_sizes, nodes=nodes,
-                          sgd_noise=sgd_noise).batched(per_device)
+                          sgd_noise=sgd_noise).batched(batch)
         sol = solve(dfx.ODETerm(field), ov0, ts, integrator)
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
