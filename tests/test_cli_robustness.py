@@ -172,6 +172,7 @@ def test_help_texts(capsys):
             main([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "README (section Configuration)" in text and "Example: headflow " + command in text
+        assert "%%" not in text, command          # descriptions are not %-formatted
     readme = (ROOT / "README.md").read_text()
     with pytest.raises(SystemExit):
         main(["demo", "--help"])

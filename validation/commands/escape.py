@@ -52,7 +52,7 @@ def register(sub) -> None:
                        "linear-stability predictions (--dims, --seeds, --paths)",
                        description="Run online SGD at each D of --dims over --seeds, measure "
                        "the escape time from the unspecialized plateau of every run, fit its "
-                       "slope in ln D with a 95%% interval, and compare with the parameter-free "
+                       "slope in ln D with a 95% interval, and compare with the parameter-free "
                        "prediction of the overlaps' SDE (--paths paths at each D and at the "
                        "--extrapolate dimensions; no fitted constant) and with the calibrated "
                        "tangent-linear prediction along the symmetric trajectory (one fitted "

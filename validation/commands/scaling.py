@@ -24,7 +24,7 @@ def register(sub) -> None:
                        "the seed mean of the measured initial overlaps; measure the RMS "
                        "distance of single runs' order parameters from the ODE before the "
                        "escape (the pre-escape window of the smallest D, t > 0), fit its slope "
-                       "in log D with a 95%% interval and test it against -1/2. Writes "
+                       "in log D with a 95% interval and test it against -1/2. Writes "
                        "scaling.json, scaling.npz, scaling.png. See docs/ode.md.")
     add_config_args(p)
     p.add_argument("--dims", type=dims_list, default=[250, 500, 1000, 2000, 4000],
