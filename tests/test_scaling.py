@@ -11,6 +11,7 @@ from scipy import stats
 
 from dynamics import HeadflowError
 from validation.cli import main
+from validation.experiments._fit import law_check
 from validation.experiments.scaling import deviation, loglog_fit, order_vector
 
 from _util import strict_json
@@ -68,6 +69,32 @@ def test_loglog_fit_recovers_a_power_law_and_its_interval_covers():
     assert abs(p - 0.95) < 5 * np.sqrt(0.95 * 0.05 / n_rep)
 
 
+def test_law_check_against_known_errors():
+    """The weighted slope and its error equal numpy's weighted fit with unscaled covariance;
+    an exact law has χ² = 0; with Gaussian errors of the stated size, χ² follows its law
+    (5% of p below 0.05) and the weighted slope's z-score has unit spread."""
+    x = np.log(np.array([250, 500, 1000, 2000, 4000.0]))
+    sigma = np.array([0.08, 0.06, 0.08, 0.07, 0.09])
+    exact = law_check(x, 1.3 - 0.5 * x, sigma, -0.5)
+    assert exact["chi2"] == pytest.approx(0.0, abs=1e-24) and exact["dof"] == 4
+    assert exact["p"] == pytest.approx(1.0)
+    rng = np.random.default_rng(2)
+    y = 1.3 - 0.4 * x + sigma * rng.standard_normal(len(x))
+    got = law_check(x, y, sigma, -0.5)
+    coef, cov = np.polyfit(x, y, 1, w=1.0 / sigma, cov="unscaled")
+    assert got["weighted_slope"] == pytest.approx(coef[0], rel=1e-12)
+    assert got["weighted_stderr"] == pytest.approx(np.sqrt(cov[0, 0]), rel=1e-12)
+    c = np.sum((y + 0.5 * x) / sigma**2) / np.sum(1 / sigma**2)
+    assert got["chi2"] == pytest.approx(np.sum(((y + 0.5 * x - c) / sigma) ** 2), rel=1e-12)
+    n_rep = 2000
+    reps = [law_check(x, 1.3 - 0.5 * x + sigma * rng.standard_normal(len(x)), sigma, -0.5)
+            for _ in range(n_rep)]
+    frac = np.mean([r["p"] < 0.05 for r in reps])
+    assert abs(frac - 0.05) < 5 * np.sqrt(0.05 * 0.95 / n_rep)
+    z = np.array([(r["weighted_slope"] + 0.5) / r["weighted_stderr"] for r in reps])
+    assert abs(z.std() - 1.0) < 5 * np.sqrt(0.5 / n_rep) and abs(z.mean()) < 5 / np.sqrt(n_rep)
+
+
 # the escape tests' CI experiment (two softmax heads, flipped spike), short, as the overlap chain
 CONFIG = (CI_CONFIG.replace("t_max = 10.0", "t_max = 2.0")
           .replace("samples = 2048", "samples = 256")
@@ -102,6 +129,12 @@ def test_scaling_command_small(tmp_path, capsys):
     assert 0 < report["t_window"] <= 2.0 and min(report["points"]) >= 1
     assert [r["space"] for r in report["per_dim"]] == ["overlaps"] * 3
     assert any(line.startswith("verdict: the RMS distance") for line in lines)
+    law = report["law"]
+    check = law_check(np.log([400, 800, 1600]), np.log(d),
+                      np.asarray(report["delta_se"]) / d, -0.5)
+    assert law == pytest.approx(check, rel=1e-12) and law["dof"] == 2
+    assert any(line.startswith("diagnostic (not the verdict), with the bootstrap errors")
+               for line in lines)
 
     for argv, needle in [(["--dims", "200,400"], "at least three"),
                          (["--dims", "200,400,800", "--seeds", "1"], "at least 2 seeds"),

@@ -88,6 +88,11 @@ def summary_lines(report: dict, *, verdict: bool = True) -> list[str]:
                               ("spread", report["fits"]["spread"]),
                               ("bias", report["fits"]["bias"]))]
     lines.append("diagnostics (not the verdict), slopes: " + "; ".join(slopes))
+    law = report["law"]
+    lines.append(f"diagnostic (not the verdict), with the bootstrap errors of delta: weighted "
+                 f"slope {law['weighted_slope']:.3f} ± {law['weighted_stderr']:.3f}; the law "
+                 f"D^{SLOPE_EXPECTED:g} gives chi² = {law['chi2']:.2f} on {law['dof']} degrees "
+                 f"of freedom, p = {law['p']:.2g}")
     if not verdict:
         return lines
     lines.append(f"verdict: the RMS distance of single SGD runs from the ODE falls as "

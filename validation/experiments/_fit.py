@@ -1,6 +1,7 @@
 """Ordinary least squares of one variable on another, with a Student-t interval for the slope:
 the one fit behind every slope that the experiments report (escape time against `ln D`, the
-ODE–SGD deviation against `ln D`)."""
+ODE–SGD deviation against `ln D`); and the check of a line of given slope against points with
+known errors."""
 
 from __future__ import annotations
 
@@ -20,3 +21,26 @@ def linear_fit(x, y, level: float = 0.95) -> dict:
     return {"slope": float(fit.slope), "intercept": float(fit.intercept),
             "stderr": float(fit.stderr), "ci": [float(fit.slope - half), float(fit.slope + half)],
             "level": level, "runs": int(len(y)), "dof": int(dof)}
+
+
+def law_check(x, y, sigma, slope: float) -> dict:
+    """How well lines fit points `y` with known standard errors `sigma` (1-D, the same length,
+    at least three points and two distinct `x`), using those errors rather than the scatter:
+
+    - `weighted_slope`, `weighted_stderr`: the weighted least-squares slope (weights
+      `1/sigma²`) and its standard error from `sigma`;
+    - `chi2`, `dof`, `p`: the χ² of `y` about the best line of the given `slope` (intercept
+      free), with `n − 1` degrees of freedom, and the probability of a χ² at least as large
+      if that law holds and the errors are Gaussian."""
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    w = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2
+    xm, ym = np.sum(w * x) / np.sum(w), np.sum(w * y) / np.sum(w)
+    sxx = np.sum(w * (x - xm) ** 2)
+    fitted = np.sum(w * (x - xm) * (y - ym)) / sxx
+    resid = y - slope * x
+    resid = resid - np.sum(w * resid) / np.sum(w)
+    chi2 = float(np.sum(w * resid**2))
+    dof = len(y) - 1
+    return {"slope": float(slope), "weighted_slope": float(fitted),
+            "weighted_stderr": float(1.0 / np.sqrt(sxx)), "chi2": chi2, "dof": int(dof),
+            "p": float(stats.chi2.sf(chi2, dof))}

@@ -31,7 +31,7 @@ import numpy as np
 
 from dynamics import ORDER_PARAMETERS, Config, HeadflowError
 
-from ._fit import linear_fit
+from ._fit import law_check, linear_fit
 from .compare import canonicalize, canonicalize_seeds, compare
 
 SLOPE_EXPECTED = -0.5
@@ -97,7 +97,11 @@ def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]],
     """The study from `runs`, one `(sgd arrays, ode arrays, compare report)` per D of `dims`
     (ascending; arrays in canonical head order): the window, the per-D rows
     ([`deviation`][]), the log-log fits of `δ` (the verdict) and of the diagnostics, and the
-    verdict `reproduced` (`−1/2` inside the interval of `δ`'s slope)."""
+    verdict `reproduced` (`−1/2` inside the interval of `δ`'s slope); and, as a diagnostic,
+    `law`: the check of `δ ∝ D^{−1/2}` against the seed-bootstrap errors of `δ`
+    ([`law_check`][validation.experiments._fit.law_check] on `ln δ`, errors `δ_se/δ`). With few
+    D the OLS interval rests on the scatter of a few points, which can be smaller than their
+    errors; the check uses the errors."""
     if len(dims) < 3:
         raise HeadflowError(f"finite-size scaling: need at least three dimensions for a slope "
                             f"interval, got {len(dims)}")
@@ -106,12 +110,15 @@ def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]],
     fits = {k: loglog_fit(dims, [r[k] for r in rows], level)
             for k in ("delta", "bias", "spread", "risk_rms")}
     lo, hi = fits["delta"]["ci"]
+    delta = np.asarray([r["delta"] for r in rows])
+    law = law_check(np.log(np.asarray(dims, dtype=np.float64)), np.log(delta),
+                    np.asarray([r["delta_se"] for r in rows]) / delta, SLOPE_EXPECTED)
     return {"dims": [int(d) for d in dims], "seeds": int(runs[0][0]["risk"].shape[0]),
             "t_window": float(t_window), "points": [r["points"] for r in rows],
             **{k: [r[k] for r in rows] for k in ROW_KEYS},
             "slope": fits["delta"]["slope"], "slope_ci": fits["delta"]["ci"],
             "slope_expected": SLOPE_EXPECTED, "level": level,
-            "reproduced": bool(lo <= SLOPE_EXPECTED <= hi), "fits": fits}
+            "reproduced": bool(lo <= SLOPE_EXPECTED <= hi), "fits": fits, "law": law}
 
 
 def final_risks(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray]) -> dict:
