@@ -15,7 +15,6 @@ from dynamics.measures import escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
                           run_ode, sized, solve, traced_values, trajectory_risk)
 from dynamics.sde import SDEResult, run_sde
-from dynamics.sharding import per_device
 from sims import SGDResult, run_sgd
 
 _PER_HEAD = ("m", "n", "b", "kvs", "vks")
@@ -349,9 +348,9 @@ class ODEEnsemble(eqx.Module):
 
 @eqx.filter_jit
 def _solve_seeds(field, ov0s: Overlaps, ts, integrator: Integrator):
-    """[`dynamics.ode.solve`][] vmapped over the initial states (the field's node chunks sized
-    for the batch, [`dynamics.fields.AbstractField.batched`][])."""
-    field = field.batched(per_device(jax.tree.leaves(ov0s)[0].shape[0]))
+    """[`dynamics.ode.solve`][] vmapped over the initial states, all on one device (the field's
+    node chunks sized for that batch, [`dynamics.fields.AbstractField.batched`][])."""
+    field = field.batched(jax.tree.leaves(ov0s)[0].shape[0])
     sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
 
