@@ -13,7 +13,9 @@ separately), the best of `--repeat` runs of:
 `--split` also times, for the default adjoint, where the gradient's time goes: the solve alone
 (no risk on the save grid), the gradient of the risk of the final state alone, and one
 evaluation of the right-hand side at the initial state without and with its vector–Jacobian
-product (the pull-back every step of the gradient pays).
+product (the pull-back every step of the gradient pays), once as separately jitted calls and
+once inside a compiled loop of 20 (as the solver calls them, without per-call dispatch), with
+the lower bound on the gradient's ratio that the loop figure implies.
 
 Usage: `python benchmarks/bench_grad.py [CONFIG] [--set section.key=value ...] [--repeat 3]
 [--backsolve] [--checkpoints 128,none,...] [--split]`.
@@ -109,6 +111,23 @@ def split(curve: LearningCurve, repeat: int) -> None:
     _, t_vjp = timed(eqx.filter_jit(pulled_back), field, ov0, repeat=max(repeat, 5))
     print(f"split: one right-hand side {1e3 * t_rhs:.2f} ms, with its vector-Jacobian product "
           f"{1e3 * t_vjp:.2f} ms ({t_vjp / t_rhs:.2f}x)")
+    # The same two inside a compiled loop, as the solver calls them: a separately jitted call
+    # also pays its dispatch, which the solver's loop does not.
+    n = 20
+
+    def chained(f, y, pull: bool):
+        def body(c, _):
+            d = pulled_back(f, c)[0] if pull else f(0.0, c, None)
+            return jax.tree.map(lambda a, b: a + 1e-3 * b, c, d), None
+        return jax.lax.scan(body, y, None, length=n)[0]
+
+    _, l_rhs = timed(eqx.filter_jit(lambda f, y: chained(f, y, False)), field, ov0, repeat=repeat)
+    _, l_vjp = timed(eqx.filter_jit(lambda f, y: chained(f, y, True)), field, ov0, repeat=repeat)
+    r = l_vjp / l_rhs
+    print(f"split: in a loop of {n}, one right-hand side {1e3 * l_rhs / n:.2f} ms, with its "
+          f"vector-Jacobian product {1e3 * l_vjp / n:.2f} ms (r = {r:.2f}x); reverse mode "
+          f"through the solve costs at least the solve, its recomputation and the pull-backs: "
+          f"2 + (r - 1) = {1 + r:.2f}x the solve")
 
 
 if __name__ == "__main__":

@@ -132,3 +132,43 @@ def test_fit_bad_inputs(tmp_path, capsys, argv, needle):
     _one_line_error(capsys, needle)
     assert not out.exists()
     assert not any(Path(tmp_path).glob("o*"))
+
+
+def test_fit_linearization_keeps_only_the_jacobian():
+    """The fit's residuals go through `materialized`: the same curve and the same tangents (to
+    round-off), but optimistix's `jax.linearize` of it keeps the `(T, p)` Jacobian instead of
+    the intermediates of the risk at every path and save time, so its memory does not grow with
+    the number of save times (at 32 SDE paths of the demo config, the plain curve's
+    linearization asked for 31 GB)."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    from test_learning_curve import SDE_BASE
+
+    from dynamics.sde import SDECurve
+    from validation.experiments.fit import materialized
+
+    y = {"training.lr": jnp.asarray(0.8), "model.noise": jnp.asarray(0.25)}
+    ty = {"training.lr": jnp.asarray(1.0), "model.noise": jnp.asarray(-0.5)}
+
+    def linearized(fn, n_save):
+        curve = SDECurve.from_config(load_config(None, [*SDE_BASE, f"output.n_save={n_save}"]))
+        dyn, static = eqx.partition(curve, eqx.is_array)
+
+        def run(y, dyn):
+            out, lin = jax.linearize(lambda y: fn(y, eqx.combine(dyn, static)), y)
+            return out, lin(ty)
+        compiled = jax.jit(run).lower(y, dyn).compile()
+        return compiled(y, dyn), compiled.memory_analysis().temp_size_in_bytes
+
+    plain = lambda y, c: c(y)                                      # noqa: E731
+    (out, t_out), mem = linearized(materialized, 6)
+    (ref, t_ref), mem_ref = linearized(plain, 6)
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+    np.testing.assert_allclose(t_out, t_ref, rtol=1e-9, atol=1e-12)
+    assert np.all(np.abs(np.asarray(t_ref)[1:]) > 1e-6)          # the tangent is not trivial
+    _, mem_long = linearized(materialized, 24)                     # four times the saves
+    _, mem_ref_long = linearized(plain, 24)
+    assert mem_ref_long - mem_ref > 2 * mem_ref                    # the plain one grows
+    assert mem_long - mem < 0.05 * (mem_ref_long - mem_ref), (mem, mem_long, mem_ref,
+                                                               mem_ref_long)

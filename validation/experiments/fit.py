@@ -44,6 +44,37 @@ class Fit:
         return float(np.sqrt(self.rss / len(self.t)))
 
 
+def jacobian_and_curve(y: dict, curve: LearningCurve | SDECurve) -> tuple[dict, jax.Array]:
+    """`(∂ curve/∂ y, curve(y))`: the Jacobian in forward mode (one tangent solve per parameter
+    of `y`; the curve must be built with the `"forward"` adjoint), leaves `(T,)` per name."""
+    def twice(y):
+        r = curve(y)
+        return r, r
+    return jax.jacfwd(twice, has_aux=True)(y)
+
+
+@eqx.filter_custom_jvp
+def materialized(y: dict, curve: LearningCurve | SDECurve) -> jax.Array:
+    """`curve(y)`, whose JVP first forms the Jacobian ([`jacobian_and_curve`][]) and then
+    applies it to the tangent. A linearization (`jax.linearize`, which optimistix's
+    Levenberg–Marquardt takes of the residuals) then keeps the `(T, p)` Jacobian and nothing
+    else; through the plain curve it would keep every intermediate of the solve: 31 GB for
+    32 SDE paths of the demo config to t = 60."""
+    return curve(y)
+
+
+@materialized.def_jvp
+def _materialized_jvp(primals, tangents):
+    y, curve = primals
+    ty, _ = tangents                      # the curve's own arrays are not differentiated
+    jac, out = jacobian_and_curve(y, curve)
+    t_out = jnp.zeros_like(out)
+    for name, t in (ty or {}).items():
+        if t is not None:
+            t_out = t_out + jac[name] * t
+    return out, t_out
+
+
 def check_names(names: Sequence[str]) -> list[str]:
     """The parameter names, checked: scalar keys of [`dynamics.ode.PARAMS`][] (one-line
     [`dynamics.ConfigError`][] otherwise)."""
@@ -96,16 +127,14 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     target = jnp.asarray(risk)
 
     def residuals(y, c):
-        return c(y)[skip:] - target
+        return materialized(y, c)[skip:] - target
 
     @eqx.filter_jit
     def jacobian_and_residuals(y, c):
         # one program for the start's check and the optimum's curvature: compiling the curve
         # costs seconds, its p forward-mode tangents at one point a few solves
-        def twice(y):
-            r = residuals(y, c)
-            return r, r
-        return jax.jacfwd(twice, has_aux=True)(y)
+        jac, r = jacobian_and_curve(y, c)
+        return {n: j[skip:] for n, j in jac.items()}, r[skip:] - target
 
     _, res0 = jacobian_and_residuals(start, curve)
     if not np.all(np.isfinite(np.asarray(res0))):
