@@ -33,14 +33,13 @@ def law_check(x, y, sigma, slope: float) -> dict:
       free), with `n − 1` degrees of freedom, and the probability of a χ² at least as large
       if that law holds and the errors are Gaussian."""
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-    w = 1.0 / np.asarray(sigma, dtype=np.float64) ** 2
-    xm, ym = np.sum(w * x) / np.sum(w), np.sum(w * y) / np.sum(w)
-    sxx = np.sum(w * (x - xm) ** 2)
-    fitted = np.sum(w * (x - xm) * (y - ym)) / sxx
+    sigma = np.asarray(sigma, dtype=np.float64)
+    coef, cov = np.polyfit(x, y, 1, w=1.0 / sigma, cov="unscaled")
+    w = 1.0 / sigma**2
     resid = y - slope * x
-    resid = resid - np.sum(w * resid) / np.sum(w)
+    resid = resid - np.sum(w * resid) / np.sum(w)          # the best intercept for that slope
     chi2 = float(np.sum(w * resid**2))
     dof = len(y) - 1
-    return {"slope": float(slope), "weighted_slope": float(fitted),
-            "weighted_stderr": float(1.0 / np.sqrt(sxx)), "chi2": chi2, "dof": int(dof),
+    return {"slope": float(slope), "weighted_slope": float(coef[0]),
+            "weighted_stderr": float(np.sqrt(cov[0, 0])), "chi2": chi2, "dof": int(dof),
             "p": float(stats.chi2.sf(chi2, dof))}
