@@ -38,6 +38,21 @@ class Model(eqx.Module):
     def F(self) -> int:
         return self.prior.F
 
+    def check_state(self, ov, *, what: str = "initial overlaps") -> None:
+        """One-line errors for an unusable state: wrong shapes, non-PSD overlaps."""
+        from ._errors import HeadflowError
+
+        H, F = self.H, self.F
+        want = {"m": (H, F), "q": (H, H), "n": (H,), "s": (H, H), "b": (H,), "kv": (H, H),
+                "kvs": (H,), "vks": (H, F)}
+        for name, shape in want.items():
+            got = tuple(getattr(ov, name).shape)
+            if got != shape:
+                raise HeadflowError(f"{what}: {name} has shape {got} but the config has "
+                                    f"H={H}, F={F} (expected {shape}); build the state for this "
+                                    "config")
+        ov.check_psd(self.rho, what=what)
+
     def attention(self, chi: Float[Array, "heads tokens"],
                   b: Float[Array, " heads"]) -> Float[Array, "heads tokens"]:
         """`A = σ(χ + b)`."""

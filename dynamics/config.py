@@ -30,6 +30,10 @@ from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
 
 @dataclasses.dataclass(frozen=True)
 class ModelSection:
+    """`[model]` of the attention model (`kind = "attention"`, the default); the other kinds
+    bring their own section ([`dynamics.models.model_class`][]`(kind).section`)."""
+
+    kind: str = "attention"
     L: int = 4
     H: int = 2
     F: int = 1
@@ -161,7 +165,7 @@ class ODESection:
                                 # differences); "symmetric": its D → ∞ limit (never specializes)
 
     def validate(self) -> None:
-        _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature"))
+        _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature", "exact"))
         if self.samples != "auto":
             if not isinstance(self.samples, int) or isinstance(self.samples, bool):
                 raise ConfigError(f"ode.samples = {self.samples!r}: must be an integer or "
@@ -266,6 +270,13 @@ class Config:
     def __post_init__(self):
         for name in ("model", "training", "ode", "sim", "output", "sde"):
             getattr(self, name).validate()
+        if self.model_kind != "attention":
+            self._check_model()
+            return
+        if self.ode.expectation == "exact":
+            raise ConfigError("ode.expectation = 'exact': closed forms exist for models of "
+                              "units with Gaussian integrals (model.kind = 'committee'); "
+                              "choose 'mc', 'qmc' or 'quadrature'")
         object.__setattr__(self, "prior", self.prior.resolved(self.model.F))
         self.build_prior()  # the prior classes check the rest (weights, p, var > 0)
         if self.sim.dim < self.model.F + 1:
@@ -280,6 +291,31 @@ class Config:
                 raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
                                   f"D >= N + B·L + 1 = {need} (the Wishart remainder)")
         self._check_memory()
+
+    @property
+    def model_kind(self) -> str:
+        """`[model] kind`: `"attention"` or a registered model ([`dynamics.models`][])."""
+        return self.model.kind
+
+    def _check_model(self) -> None:
+        """The checks of a model of the family (not the attention model)."""
+        from .fields import has_exact_field
+
+        if self.prior != PriorSection():
+            raise ConfigError(f"[prior] is not used by model.kind = {self.model_kind!r} "
+                              "(it describes the attention model's latent directions)")
+        model = self.build_model()
+        if self.ode.expectation == "exact" and not has_exact_field(model):
+            raise ConfigError(f"ode.expectation = 'exact': model.activation = "
+                              f"{self.model.activation!r} has no closed-form Gaussian integrals "
+                              "for the drift; choose 'mc', 'qmc' or 'quadrature'")
+        need = model.n_rows + self.training.batch + 1
+        if self.sim.space == "overlaps" and self.sim.dim < need:
+            raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
+                              f"D >= N + B + 1 = {need} (the Wishart remainder)")
+        if self.sim.space == "weights":
+            check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
+                         8.0 * self.sim.dim * self.sim.seeds * (model.n_rows + 1))
 
     def _check_memory(self) -> None:
         """Refuse sizes whose arrays cannot fit in memory, before anything is computed."""
@@ -299,14 +335,28 @@ class Config:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
         sections: dict[str, Any] = {}
+        body = data.get("model", {})
+        kind = _coerce("model.kind", body.get("kind", "attention"),
+                       str) if isinstance(body, dict) else "attention"
+        classes = dict(_SECTIONS)
+        if kind != "attention":
+            from .models import model_class
+
+            mcls: Any = model_class(kind)
+            classes.update(model=mcls.section, training=mcls.training)
+            sections.update(model=mcls.section(), training=mcls.training())
         for name, body in data.items():
-            if name not in _SECTIONS:
+            if name not in classes:
                 raise ConfigError(f"unknown config section [{name}]; known sections: "
-                                  f"{', '.join(_SECTIONS)}")
+                                  f"{', '.join(classes)}")
             if not isinstance(body, dict):
                 raise ConfigError(f"[{name}] must be a table of keys")
+            if kind != "attention" and name == "ode" and "expectation" not in body:
+                body = {**body, "expectation": _default_expectation(classes, data)}
             sections[name] = (_make_prior(body) if name == "prior"
-                              else _make_section(name, _SECTIONS[name], body))
+                              else _make_section(name, classes[name], body))
+        if kind != "attention" and "ode" not in sections:
+            sections["ode"] = ODESection(expectation=_default_expectation(classes, data))
         return cls(**sections)
 
     @classmethod
@@ -338,10 +388,13 @@ class Config:
         for name in _SECTIONS:
             sec = getattr(self, name)
             if name == "prior":
-                out[name] = sec.to_dict()
+                if self.model_kind == "attention":
+                    out[name] = sec.to_dict()
                 continue
             out[name] = {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
                          if getattr(sec, f.name) is not None}
+            if name == "model" and self.model_kind == "attention":
+                del out[name]["kind"]       # the default kind, kept out of attention configs
         return out
 
     def to_toml(self) -> str:
@@ -355,7 +408,11 @@ class Config:
     def build_prior(self) -> AbstractPrior:
         return self.prior.build(self.model.F)
 
-    def build_model(self) -> Model:
+    def build_model(self) -> Any:
+        """The model object: the attention [`Model`][] or, for another `model.kind`, that
+        model built from `[model]` and `[training]`."""
+        if self.model_kind != "attention":
+            return model_build(self.model, self.training)
         m = self.model
         return Model(L=m.L, H=m.H, activation=get_activation(m.activation),
                      prior=self.build_prior(), noise=float(m.noise), rho=float(m.rho),
@@ -368,6 +425,25 @@ class Config:
             return np.linspace(0.0, t_max, o.n_save)
         t_min = o.t_min if o.t_min is not None else t_max / 1000.0
         return np.concatenate([[0.0], np.geomspace(t_min, t_max, o.n_save - 1)])
+
+
+def _default_expectation(classes: dict[str, Any], data: dict[str, Any]) -> str:
+    """`[ode] expectation` when the config does not say: `"exact"` for a model with
+    closed-form Gaussian integrals, else `"qmc"`."""
+    from .fields import has_exact_field
+
+    model = _make_section("model", classes["model"], data.get("model", {}))
+    training = _make_section("training", classes["training"], data.get("training", {}))
+    model.validate()
+    training.validate()
+    return "exact" if has_exact_field(model_build(model, training)) else "qmc"
+
+
+def model_build(model: Any, training: Any) -> Any:
+    """The model object of a non-attention `[model]` and `[training]` section."""
+    from .models import model_class
+
+    return model_class(model.kind).from_config(model, training)  # type: ignore[attr-defined]
 
 
 def _make_prior(body: dict[str, Any]) -> PriorSection:

@@ -10,3 +10,4 @@ from ._simulate import run_sgd as run_sgd
 from ._simulate import simulate as simulate
 from ._simulate import sgd_overlaps as sgd_overlaps
 from ._overlap_chain import simulate_overlaps as simulate_overlaps
+from ._models import simulate_model as simulate_model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,8 +16,10 @@ from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teach
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
                       risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
+from dynamics.ode import model_arrays, risk_rule, states_risk
 from dynamics.sharding import gather, shard_batch
 
+from ._models import simulate_model
 from ._overlap_chain import simulate_overlaps
 from ._runs import save_steps, seed_keys, segment_plan
 from ._sgd import advance
@@ -33,17 +36,21 @@ class SGDResult(eqx.Module):
 
     t: Float[Array, " T"]
     steps: Int[Array, " T"]
-    overlaps: Overlaps
+    overlaps: Any
     risk: Float[Array, "S T"]
     risk_err: Float[Array, "S T"]
     seeds: tuple[int, ...] = eqx.field(static=True)
     dim: int = eqx.field(static=True)
+    model: Any = None
+    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `sgd.npz` arrays (see the README)."""
+        named = (self.overlaps.arrays() if self.model is None
+                 else model_arrays(self.model, self.overlaps))
         return {"t": np.asarray(self.t), "steps": np.asarray(self.steps),
                 "risk": np.asarray(self.risk), "risk_err": np.asarray(self.risk_err),
-                **self.overlaps.arrays(), "seeds": np.asarray(self.seeds)}
+                **named, "seeds": np.asarray(self.seeds)}
 
 
 class Simulation(eqx.Module):
@@ -208,6 +215,9 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     """Online SGD as configured (`[model]`, `[prior]`, `[training]`, `[sim]`, `[output]`), in
     weight or overlap space ([`sgd_overlaps`][]), with its recorded risk; `dim`, `seeds`
     override `[sim]`, `start` is the initial state of every seed (default: random)."""
+    if cfg.model_kind != "attention":
+        return _run_model_sgd(cfg, dim=dim, seeds=seeds, start=start, progress=progress,
+                              times=times)
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     n = cfg.sim.seeds if seeds is None else int(seeds)
@@ -218,3 +228,20 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     risk, err = recorded_risk(model, ov, samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
     return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=ov,
                      risk=risk, risk_err=err, seeds=tuple(seed_list), dim=D)
+
+
+def _run_model_sgd(cfg: Config, *, dim, seeds, start, progress, times) -> SGDResult:
+    """[`run_sgd`][] for a model of the family (`docs/models.md`)."""
+    model = cfg.build_model()
+    D = cfg.sim.dim if dim is None else int(dim)
+    n = cfg.sim.seeds if seeds is None else int(seeds)
+    seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
+    times = cfg.save_times() if times is None else np.asarray(times)
+    states = simulate_model(model, StepSizes.from_config(cfg.training), dim=D, seeds=seed_list,
+                            times=times, space=cfg.sim.space, init=start,
+                            dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
+    risk, err = states_risk(model, states, risk_rule(cfg))
+    steps = save_steps(times, D)
+    return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=states,
+                     risk=jnp.asarray(risk), risk_err=jnp.asarray(err), seeds=tuple(seed_list),
+                     dim=D, model=model)

@@ -15,3 +15,9 @@ from ._nodes import full_dims as full_dims
 from ._nodes import full_nodes as full_nodes
 from ._nodes import head_permutations as head_permutations
 from ._nodes import key_nodes as key_nodes
+from ._model import ExactField as ExactField
+from ._model import ModelField as ModelField
+from ._model import has_exact_field as has_exact_field
+from ._model import model_dims as model_dims
+from ._model import model_nodes as model_nodes
+from ._model import sample_fields as sample_fields

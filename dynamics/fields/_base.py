@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PyTree
 
-from .._model import Model
-from .._overlaps import Overlaps
 from .._steps import StepSizes
 from ..expectations import AbstractNodes
 
@@ -29,9 +28,11 @@ class AbstractField(eqx.Module):
     terms; False: gradient flow), `chunk` (node evaluations per accumulation step),
     `batch` (how many states are evaluated at once under `vmap`, see [`batched`][]),
     `manifold_form` (whether the state lives on the invariant manifold, cross overlaps zero).
+    The state is any pytree of arrays: the attention model's [`dynamics.Overlaps`][] or a
+    model's [`dynamics.models.GramState`][].
     """
 
-    model: eqx.AbstractVar[Model]
+    model: eqx.AbstractVar[Any]
     steps: eqx.AbstractVar[StepSizes]
     nodes: eqx.AbstractVar[AbstractNodes]
     sgd_noise: eqx.AbstractVar[bool]
@@ -40,8 +41,12 @@ class AbstractField(eqx.Module):
     manifold_form: eqx.AbstractClassVar[bool]
 
     @abc.abstractmethod
-    def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
+    def node_derivative(self, ov: PyTree, x: Float[Array, " d"]) -> PyTree:
         """The derivative at one node `x` (its weighted mean over the nodes is the field)."""
+
+    def check_state(self, state: PyTree) -> None:
+        """One-line errors for an unusable start (the model's own check)."""
+        self.model.check_state(state)
 
     def batched(self, n: int) -> AbstractField:
         """The same field, for evaluation at `n` states at once (`vmap` over paths, seeds or
@@ -60,7 +65,7 @@ class AbstractField(eqx.Module):
             return self
         return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))
 
-    def __call__(self, t, ov: Overlaps, args=None) -> Overlaps:
+    def __call__(self, t, ov: PyTree, args=None) -> PyTree:
         # Weighted sum over the nodes in chunks: keeps the per-node intermediates in cache
         # (2-3x faster on CPU than one vmap over all nodes) without changing the result.
         del args
@@ -83,12 +88,12 @@ class AbstractField(eqx.Module):
         acc, _ = jax.lax.scan(body, zero, (x.reshape(-1, c, x.shape[1]), w.reshape(-1, c)))
         return acc
 
-    def per_node(self, ov: Overlaps, t=0.0) -> Overlaps:
+    def per_node(self, ov: PyTree, t=0.0) -> PyTree:
         """The derivative at every node (leaves with a leading node axis), at time `t`."""
         field = self.at(t)
         return jax.vmap(lambda x: field.node_derivative(ov, x))(self.nodes.x)
 
-    def with_error(self, ov: Overlaps, t=0.0) -> tuple[Overlaps, Overlaps]:
+    def with_error(self, ov: PyTree, t=0.0) -> tuple[PyTree, PyTree]:
         """`(RHS, its error estimate)` leafwise, by the nodes' error rule, at time `t`."""
         field = self.at(t)
         return self.nodes.estimate(
@@ -100,5 +105,5 @@ def outer_sum(a: Float[Array, "i L"], b: Float[Array, "j L"]) -> Float[Array, "i
     return jnp.sum(a[:, None, :] * b[None, :, :], axis=-1)
 
 
-def zeros_like(ov: Overlaps) -> Overlaps:
+def zeros_like(ov: PyTree) -> PyTree:
     return jax.tree.map(jnp.zeros_like, ov)

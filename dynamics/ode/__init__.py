@@ -35,3 +35,8 @@ from ._curve import param_defaults as param_defaults
 from ._curve import substitute as substitute
 from ._curve import time_to_risk as time_to_risk
 from ._state import initial_overlaps as initial_overlaps
+from ._models import model_arrays as model_arrays
+from ._models import model_field as model_field
+from ._models import model_start as model_start
+from ._models import risk_rule as risk_rule
+from ._models import states_risk as states_risk

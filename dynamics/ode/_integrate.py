@@ -13,10 +13,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, PyTree
 
 from .._errors import ConfigError, DivergenceError, HeadflowError, require_x64
-from .._overlaps import CROSS_OVERLAPS, ORDER_PARAMETERS, Overlaps
 from .._stop import check_stop
 from ..fields import AbstractField
 
@@ -131,35 +130,21 @@ class ODESolution(eqx.Module):
     compiling (`compile_s`) and integrating (`run_s`)."""
 
     t: Float[Array, " T"]
-    overlaps: Overlaps
+    overlaps: PyTree
     num_steps: int
     num_rejected: int
     compile_s: float = eqx.field(static=True, default=float("nan"))
     run_s: float = eqx.field(static=True, default=float("nan"))
 
 
-def check_initial_state(field: AbstractField, ov0: Overlaps, rho: float) -> None:
-    """One-line errors for an unusable start: wrong shapes, non-PSD overlaps (the vector field
-    at the start is checked by [`integrate`][], from the same compiled program)."""
-    H, F = field.model.H, field.model.F
-    want = {"m": (H, F), "q": (H, H), "n": (H,), "s": (H, H), "b": (H,), "kv": (H, H),
-            "kvs": (H,), "vks": (H, F)}
-    for name, shape in want.items():
-        got = tuple(getattr(ov0, name).shape)
-        if got != shape:
-            raise HeadflowError(f"initial overlaps: {name} has shape {got} but the config has "
-                                f"H={H}, F={F} (expected {shape}); build the state for this "
-                                "config")
-    ov0.check_psd(rho, what="initial overlaps")
-
-
-def _check_start(d0: Overlaps) -> None:
-    bad = [k for k in ORDER_PARAMETERS + CROSS_OVERLAPS
-           if not np.all(np.isfinite(np.asarray(getattr(d0, k))))]
+def _check_start(d0: PyTree) -> None:
+    leaves = jax.tree_util.tree_flatten_with_path(d0)[0]
+    bad = [jax.tree_util.keystr(path).lstrip(".") for path, x in leaves
+           if not np.all(np.isfinite(np.asarray(x)))]
     if bad:
         raise DivergenceError(f"the ODE vector field is NaN/inf at the initial state (in d"
-                              f"{', d'.join(bad)}/dt); check the initial overlaps and the "
-                              "prior amplitude")
+                              f"{', d'.join(bad)}/dt); check the initial state and the "
+                              "model's parameters")
 
 
 @eqx.filter_jit
@@ -190,7 +175,7 @@ def traced_values(tree):
     return jax.tree.map(lambda x: np.float64(x) if isinstance(x, float) else x, tree)
 
 
-def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *,
+def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
               progress: bool = False, check: bool = True) -> ODESolution:
     """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
 
@@ -205,7 +190,7 @@ def integrate(field: AbstractField, ov0: Overlaps, ts, integrator: Integrator, *
     check_stop()
     ts = np.asarray(ts, dtype=np.float64)
     if check:
-        check_initial_state(field, ov0, field.model.rho)
+        field.check_state(ov0)
     check_stop()
     integrator = integrator.with_jumps(field.steps.knot_times)   # none without a schedule
     meter = dfx.TqdmProgressMeter(refresh_steps=20) if progress else dfx.NoProgressMeter()

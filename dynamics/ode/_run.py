@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -19,6 +21,7 @@ from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes,
 from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
 from ..symbolic import SymbolicField, symbolic_names
 from ._integrate import Integrator, integrate, traced_values
+from ._models import as_float64, model_arrays, model_field, model_start, risk_rule, states_risk
 from ._state import initial_overlaps
 
 
@@ -27,7 +30,7 @@ class ODEResult(eqx.Module):
     `risk` (T) with its error estimate `risk_err` (T), and solver statistics."""
 
     t: Float[Array, " T"]
-    overlaps: Overlaps
+    overlaps: Any
     risk: Float[Array, " T"]
     risk_err: Float[Array, " T"]
     num_steps: int = eqx.field(static=True, default=0)
@@ -35,11 +38,15 @@ class ODEResult(eqx.Module):
     compile_s: float = eqx.field(static=True, default=float("nan"))
     run_s: float = eqx.field(static=True, default=float("nan"))
     accuracy: dict = eqx.field(static=True, default_factory=dict)
+    model: Any = None
+    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `ode.npz` arrays (see the README)."""
+        named = (self.overlaps.arrays() if self.model is None
+                 else model_arrays(self.model, self.overlaps))
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
-                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays()}
+                "risk_err": np.asarray(self.risk_err), **named}
 
 
 AUTO_PILOT = 2048
@@ -186,6 +193,8 @@ def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
             progress: bool = False) -> ODEResult:
     """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
     `[output]` grid) and evaluate the risk along the way."""
+    if cfg.model_kind != "attention":
+        return _run_model_ode(cfg, ov0, times, progress=progress)
     model = cfg.build_model()
     ov0 = initial_state(cfg, model) if ov0 is None else ov0
     if cfg.ode.form == "manifold":
@@ -206,3 +215,23 @@ def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=risk, risk_err=err,
                      num_steps=sol.num_steps, num_rejected=sol.num_rejected,
                      compile_s=sol.compile_s, run_s=sol.run_s, accuracy=accuracy)
+
+
+def _run_model_ode(cfg: Config, state0, times, *, progress: bool) -> ODEResult:
+    """[`run_ode`][] for a model of the family (`docs/models.md`)."""
+    model = cfg.build_model()
+    state0 = as_float64(model_start(cfg, model) if state0 is None else state0)
+    times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+    field = model_field(cfg, model)
+    sol = integrate(field, state0, times, Integrator.from_config(cfg.ode), progress=progress)
+    risk, err = states_risk(model, sol.overlaps, risk_rule(cfg))
+    every = max(1, (len(times) - 1) // 8)
+    measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
+    accuracy = {"expectation": cfg.ode.expectation,
+                "samples": None if cfg.ode.expectation == "exact" else int(cfg.ode.samples),
+                "relative_error_max": float(measured.max()),
+                "relative_error_median": float(np.median(measured))}
+    return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),
+                     risk_err=jnp.asarray(err), num_steps=sol.num_steps,
+                     num_rejected=sol.num_rejected, compile_s=sol.compile_s, run_s=sol.run_s,
+                     accuracy=accuracy, model=model)

@@ -22,3 +22,5 @@ from ._solve import get_sde_solver as get_sde_solver
 from ._solve import solve_paths as solve_paths
 from ._solve import step_grid as step_grid
 from ._solve import DriftHeun as DriftHeun
+from ._models import ModelDiffusion as ModelDiffusion
+from ._models import build_model_sde as build_model_sde

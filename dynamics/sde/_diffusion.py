@@ -92,6 +92,18 @@ def centred_factor(U: Float[Array, "n S p"], w: Float[Array, "n S"]) -> Float[Ar
     return ((Uf - mean[None, :]) * jnp.sqrt(jnp.clip(wf, 0.0))[:, None]).T
 
 
+def gram_of(B: Float[Array, "p k"]) -> Float[Array, "p p"]:
+    """`B Bᵀ`, exactly symmetric (a matmul need not be)."""
+    S = B @ B.T
+    return 0.5 * (S + S.T)
+
+
+def symmetric_sqrt(S: Float[Array, "p p"]) -> Float[Array, "p p"]:
+    """`S^{1/2}` of a symmetric PSD matrix by `eigh` (negative round-off eigenvalues clipped)."""
+    lam, vec = jnp.linalg.eigh(S)
+    return (vec * jnp.sqrt(jnp.clip(lam, 0.0))[None, :]) @ vec.T
+
+
 class Diffusion(eqx.Module):
     """The diffusion of the overlaps' SDE, from the per-sample increments at fixed nodes of all
     fields (common random numbers, so it is a smooth function of the state).
@@ -132,6 +144,21 @@ class Diffusion(eqx.Module):
         """`p`, the entries of the state ([`n_entries`][])."""
         return n_entries(self.model.H, self.model.F)
 
+    @property
+    def control_size(self) -> int:
+        """Columns of [`factor`][]: nodes × θ support points."""
+        prior = self.model.prior
+        S = prior.theta_nodes(jnp.zeros((1, prior.n_normal_dims)))[1].shape[0]
+        return self.nodes.size * S
+
+    def flatten(self, ov: Overlaps) -> Float[Array, " p"]:
+        """The SDE's coordinates of a state ([`flatten`][])."""
+        return flatten(ov)
+
+    def unflatten(self, y: Float[Array, " p"]) -> Overlaps:
+        """The state of the SDE's coordinates ([`unflatten`][])."""
+        return unflatten(y, self.model.H, self.model.F)
+
     def increments(self, ov: Overlaps) -> tuple[Float[Array, "n S p"], Float[Array, "n S"]]:
         return increments(self.model, self.steps, ov, self.nodes, sgd_noise=self.sgd_noise)
 
@@ -140,13 +167,10 @@ class Diffusion(eqx.Module):
         return centred_factor(U, w) / jnp.sqrt(float(self.steps.batch))
 
     def matrix(self, ov: Overlaps) -> Float[Array, "p p"]:
-        B = self.factor(ov)
-        S = B @ B.T
-        return 0.5 * (S + S.T)          # exactly symmetric (a matmul need not be)
+        return gram_of(self.factor(ov))
 
     def sqrt_factor(self, ov: Overlaps) -> Float[Array, "p p"]:
-        lam, vec = jnp.linalg.eigh(self.matrix(ov))
-        return (vec * jnp.sqrt(jnp.clip(lam, 0.0))[None, :]) @ vec.T
+        return symmetric_sqrt(self.matrix(ov))
 
     def drift(self, ov: Overlaps) -> Float[Array, " p"]:
         """The mean of the same increments (the sampled drift, `SampledFullField` flattened)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -14,7 +15,6 @@ from jaxtyping import Array, Bool, Float, Key
 
 from .._errors import HeadflowError, require_x64
 from .._model import Model
-from .._overlaps import Overlaps
 from .._risk import risk_nodes
 from .._steps import StepSizes
 from .._stop import check_stop
@@ -22,7 +22,8 @@ from ..config import Config
 from ..expectations import MonteCarlo, get_expectation
 from ..fields import FullField
 from ..measures import escape_time
-from ..ode import AUTO_FALLBACK, BLOWUP, random_start, traced_values, trajectory_risk
+from ..ode import (AUTO_FALLBACK, BLOWUP, model_arrays, random_start, traced_values,
+                   trajectory_risk)
 from ..sharding import gather, shard_leading
 from ._diffusion import Diffusion, flatten, unflatten
 from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
@@ -35,19 +36,23 @@ class SDEResult(eqx.Module):
     time at which a path is not (NaN: never). Invalid paths are kept as computed."""
 
     t: Float[Array, " T"]
-    overlaps: Overlaps
+    overlaps: Any
     risk: Float[Array, "N T"]
     risk_err: Float[Array, "N T"]
     valid: Bool[Array, "N T"]
     first_invalid: Float[Array, " N"]
     dim: int = eqx.field(static=True, default=0)
     info: dict = eqx.field(static=True, default_factory=dict)
+    model: Any = None
+    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `sde.npz` arrays: those of `sgd.npz` with a path axis, plus `valid` and
         `first_invalid`."""
+        named = (self.overlaps.arrays() if self.model is None
+                 else model_arrays(self.model, self.overlaps))
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
-                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays(),
+                "risk_err": np.asarray(self.risk_err), **named,
                 "valid": np.asarray(self.valid), "first_invalid": np.asarray(self.first_invalid)}
 
     @property
@@ -120,36 +125,13 @@ def initial_states(cfg: Config, model: Model, keys: Key[Array, " n"], dim: int
                     float(tr.init_bias))
 
 
-def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
-            progress: bool = False, group: int | None = None) -> SDEResult:
-    """An ensemble of paths of the overlaps' SDE as configured (`docs/sde.md`): each path
-    starts from its own random initialization at dimension `dim` (default `[sim] dim`) and is
-    integrated to `t_max` on the `[output]` grid with `[sde] dt`; `paths` overrides
-    `[sde] paths`. The risk is recorded as the SGD simulator records it (`[sim] risk_samples`
-    Monte Carlo nodes, `[ode] seed`), so the two compare on common random numbers.
-
-    Paths run in groups of `group` (default 8 per device, vmapped, sharded over the devices);
-    stop requests are honoured between groups.
-
-    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
-    """
-    require_x64("the overlap SDE")
-    model = cfg.build_model()
-    D = cfg.sim.dim if dim is None else int(dim)
-    N = cfg.sde.paths if paths is None else int(paths)
-    if D < model.F + 1:
-        raise HeadflowError(f"--dim {D}: must exceed model.F = {model.F} (the teacher needs "
-                            "F + 1 orthogonal directions)")
-    if N < 1:
-        raise HeadflowError(f"--paths {N}: must be >= 1")
-    check_stop()
-    times = cfg.save_times()
-    grid = step_grid(times, cfg.sde.dt)
-    tol = float(np.min(np.diff(grid))) / 8.0
-    sde = build_sde(cfg, D, model)
-    solver = get_sde_solver(cfg.sde.solver)
-    init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-    y0 = initial_states(cfg, model, init_keys, D)
+def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: np.ndarray,
+                 tol: float, *, group: int | None, progress: bool, desc: str
+                 ) -> tuple[Array, float, float]:
+    """Every path of `y0` (with its Brownian key), in groups of `group` (default 8 per device,
+    vmapped, sharded over the devices), honouring stop requests between groups.
+    **Returns:** `(ys (N, T, p), seconds to the end of the first group, seconds in all)`."""
+    N = y0.shape[0]
     n_dev = len(jax.devices())
     g = min(group or 8 * n_dev, N)
     g = -(-g // n_dev) * n_dev
@@ -157,7 +139,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=N, unit="path", desc=f"SDE D={D} x{N}", file=sys.stderr, leave=False)
+        bar = tqdm(total=N, unit="path", desc=desc, file=sys.stderr, leave=False)
     ys, compile_s, t0 = [], float("nan"), time.perf_counter()
     ts, grid_j = jnp.asarray(times), jnp.asarray(grid)
     try:
@@ -175,8 +157,45 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
         if bar is not None:
             bar.close()
     check_stop()
-    run_s = time.perf_counter() - t0
-    y = jnp.asarray(np.concatenate(ys))
+    return jnp.asarray(np.concatenate(ys)), compile_s, time.perf_counter() - t0
+
+
+def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
+            progress: bool = False, group: int | None = None) -> SDEResult:
+    """An ensemble of paths of the overlaps' SDE as configured (`docs/sde.md`): each path
+    starts from its own random initialization at dimension `dim` (default `[sim] dim`) and is
+    integrated to `t_max` on the `[output]` grid with `[sde] dt`; `paths` overrides
+    `[sde] paths`. The risk is recorded as the SGD simulator records it (`[sim] risk_samples`
+    Monte Carlo nodes, `[ode] seed`), so the two compare on common random numbers.
+
+    Paths run in groups of `group` (default 8 per device, vmapped, sharded over the devices);
+    stop requests are honoured between groups.
+
+    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
+    """
+    require_x64("the overlap SDE")
+    if cfg.model_kind != "attention":
+        from ._models import run_model_sde
+
+        return run_model_sde(cfg, dim=dim, paths=paths, progress=progress, group=group)
+    model = cfg.build_model()
+    D = cfg.sim.dim if dim is None else int(dim)
+    N = cfg.sde.paths if paths is None else int(paths)
+    if D < model.F + 1:
+        raise HeadflowError(f"--dim {D}: must exceed model.F = {model.F} (the teacher needs "
+                            "F + 1 orthogonal directions)")
+    if N < 1:
+        raise HeadflowError(f"--paths {N}: must be >= 1")
+    check_stop()
+    times = cfg.save_times()
+    grid = step_grid(times, cfg.sde.dt)
+    tol = float(np.min(np.diff(grid))) / 8.0
+    sde = build_sde(cfg, D, model)
+    solver = get_sde_solver(cfg.sde.solver)
+    init_keys, bm_keys = path_keys(cfg.sde.seed, N)
+    y0 = initial_states(cfg, model, init_keys, D)
+    y, compile_s, run_s = solve_groups(sde, solver, y0, bm_keys, times, grid, tol,
+                                       group=group, progress=progress, desc=f"SDE D={D} x{N}")
     valid = domain(y, model.H, model.F, model.rho)
     ok = np.asarray(valid)
     first = np.where(ok.all(axis=1), np.nan, times[np.argmin(ok, axis=1)])
@@ -189,6 +208,6 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
             "samples_drift": drift_samples(cfg), "samples_noise": cfg.sde.samples_noise,
             "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
             "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
-    return SDEResult(t=ts, overlaps=ov, risk=jnp.reshape(risk, (N, -1)),
+    return SDEResult(t=jnp.asarray(times), overlaps=ov, risk=jnp.reshape(risk, (N, -1)),
                      risk_err=jnp.reshape(err, (N, -1)), valid=valid,
                      first_invalid=jnp.asarray(first), dim=D, info=info)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import diffrax as dfx
 import equinox as eqx
@@ -18,7 +18,7 @@ from .._errors import ConfigError
 from ..fields import AbstractField
 from ..ode import BLOWUP
 from ..sharding import per_device
-from ._diffusion import Diffusion, flatten, unflatten
+from ._diffusion import unflatten
 
 SOLVERS = ("euler", "drift_heun")
 """The stochastic solvers offered, both converging to the Itô solution: `"euler"`
@@ -90,7 +90,7 @@ class OverlapSDE(eqx.Module):
     runs at several D share one compiled program."""
 
     drift: AbstractField
-    diffusion: Diffusion
+    diffusion: Any
     inv_sqrt_dim: Float[Array, ""]
     noise: str = eqx.field(static=True, default="nodes")
 
@@ -99,19 +99,15 @@ class OverlapSDE(eqx.Module):
         """Dimension of the Brownian motion: nodes × θ support points (`"nodes"`), or `p`."""
         if self.noise == "eigh":
             return self.diffusion.size
-        prior = self.diffusion.model.prior
-        S = prior.theta_nodes(jnp.zeros((1, prior.n_normal_dims)))[1].shape[0]
-        return self.diffusion.nodes.size * S
+        return self.diffusion.control_size
 
     def drift_vf(self, t, y: Float[Array, " p"], args=None) -> Float[Array, " p"]:
-        m = self.drift.model
-        return flatten(self.drift(t, unflatten(y, m.H, m.F)))
+        return self.diffusion.flatten(self.drift(t, self.diffusion.unflatten(y)))
 
     def diffusion_vf(self, t, y: Float[Array, " p"], args=None) -> Float[Array, "p k"]:
         del args
         diffusion = self.diffusion.at(t)
-        m = diffusion.model
-        ov = unflatten(y, m.H, m.F)
+        ov = diffusion.unflatten(y)
         B = diffusion.sqrt_factor(ov) if self.noise == "eigh" else diffusion.factor(ov)
         return self.inv_sqrt_dim * B
 

@@ -1,0 +1,122 @@
+"""The vector fields of the model family (`docs/models.md#the-engine`): the mean of the
+per-sample increment ([`dynamics.models.sample_increment`][], autodiff of the model's own loss)
+over Gaussian nodes of all fields, or its closed form where the model's unit gives one."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, PyTree
+
+from .._linalg import psd_sqrt
+from .._steps import StepSizes
+from ..expectations import AbstractExpectation, AbstractNodes
+from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
+from ._base import AbstractField
+from ._nodes import MAX_GROUP
+
+
+def model_dims(model: AbstractModel) -> int:
+    """Gaussian dimensions of one sample: the `P` fields and the label noise."""
+    return model.n_rows + 1
+
+
+def student_permutations(model: AbstractModel, max_group: int = MAX_GROUP) -> np.ndarray:
+    """The permutations of the student rows the nodes are closed under: all `S!` when
+    `S! ≤ max_group`, else the S cyclic shifts."""
+    S = model.n_students
+    if math.factorial(S) <= max_group:
+        return np.array(list(itertools.permutations(range(S))), dtype=np.int64)
+    return np.array([np.roll(np.arange(S), k) for k in range(S)], dtype=np.int64)
+
+
+def model_nodes(model: AbstractModel, backend: AbstractExpectation, *,
+                max_group: int = MAX_GROUP) -> AbstractNodes:
+    """Nodes over all fields and the label noise, closed under permutations of the student
+    rows: the exact field is equivariant under them (a permutation of the students and of their
+    parameters), and so is the estimate on closed nodes, whatever their number."""
+    perms = student_permutations(model, max_group)
+    return backend.closed_nodes(model_dims(model), perms, [(0, model.n_students)], 1)
+
+
+def sample_fields(state: GramState, x: Float[Array, " d"]) -> Float[Array, " P"]:
+    """The fields `λ = Ω^{1/2} x[:P]` of all rows from standard normals (the symmetric root,
+    so that permuting the nodes permutes the fields)."""
+    P = state.gram.shape[-1]
+    return psd_sqrt(state.gram) @ x[:P]
+
+
+class ModelField(AbstractField):
+    """The drift of a model's order parameters, `E[U]` over nodes of all fields (the generic
+    autodiff path: it runs any model, and checks the exact backend where there is one)."""
+
+    model: AbstractModel
+    steps: StepSizes
+    nodes: AbstractNodes
+    sgd_noise: bool = eqx.field(static=True, default=True)
+    batch: int = eqx.field(static=True, default=1)
+    chunk: ClassVar[int] = 2048
+    manifold_form: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, model: AbstractModel, steps: StepSizes, backend: AbstractExpectation, *,
+              sgd_noise: bool = True, max_group: int = MAX_GROUP) -> ModelField:
+        return cls(model=model, steps=steps, nodes=model_nodes(model, backend,
+                                                               max_group=max_group),
+                   sgd_noise=sgd_noise)
+
+    def node_derivative(self, ov: PyTree, x: Float[Array, " d"]) -> PyTree:
+        P = self.model.n_rows
+        return sample_increment(self.model, self.steps, ov, sample_fields(ov, x), x[P],
+                                sgd_noise=self.sgd_noise)
+
+
+class ExactField(AbstractField):
+    """The drift in closed form ([`dynamics.models.exact_moments`][]): for a readout model
+    whose unit gives the Gaussian integrals (erf, linear). Its error estimate is zero."""
+
+    model: AbstractModel
+    steps: StepSizes
+    # no nodes: the closed forms replace them
+    nodes: AbstractNodes | None = None  # type: ignore[assignment]
+    sgd_noise: bool = eqx.field(static=True, default=True)
+    batch: int = eqx.field(static=True, default=1)
+    chunk: ClassVar[int] = 1
+    manifold_form: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, model: AbstractModel, steps: StepSizes,
+              backend: AbstractExpectation | None = None, *, sgd_noise: bool = True,
+              max_group: int = MAX_GROUP) -> ExactField:
+        del backend, max_group
+        return cls(model=model, steps=steps, sgd_noise=sgd_noise)
+
+    def node_derivative(self, ov: PyTree, x: Float[Array, " d"]) -> PyTree:
+        del x
+        return self(0.0, ov)
+
+    def __call__(self, t, ov: PyTree, args=None) -> PyTree:
+        del args
+        field = self.at(t)
+        GL, GG, gp = exact_moments(self.model, ov, sgd_noise=self.sgd_noise)
+        return assemble(self.model, field.steps, ov, GL, GG, gp, sgd_noise=self.sgd_noise)
+
+    def per_node(self, ov: PyTree, t=0.0) -> PyTree:
+        return jax.tree.map(lambda v: v[None], self(t, ov))
+
+    def with_error(self, ov: PyTree, t=0.0) -> tuple[PyTree, PyTree]:
+        rhs = self(t, ov)
+        return rhs, jax.tree.map(jnp.zeros_like, rhs)
+
+
+def has_exact_field(model: AbstractModel) -> bool:
+    """Whether [`ExactField`][] applies to `model`."""
+    ro = model.readout(model.limit_state().params)
+    return ro is not None and bool(ro.unit.exact)
+

@@ -1,0 +1,94 @@
+"""The unit-activation family: `g(x)` of one local field, and the Gaussian integrals of products
+of `g`, `g'` and the identity that a committee's expectations reduce to."""
+
+from __future__ import annotations
+
+import abc
+from typing import TypeVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .._errors import ConfigError
+from .._registry import Registry
+
+
+class AbstractUnit(eqx.Module):
+    """An activation of one variable, applied elementwise.
+
+    A concrete unit sets `name` (its config value, `model.activation`) and `label` (its name in
+    figures), implements `__call__` elementwise, and may override:
+
+    - `derivative` (default: autodiff of `__call__`);
+    - the closed-form Gaussian integrals `i2`, `i3`, `i4`, `j2` (`docs/committee.md`), each taking
+      the covariance of the jointly Gaussian, zero-mean fields it names (last two axes) and
+      returning the integral; a unit that gives all four sets `exact = True`, and the exact
+      expectation backend then replaces nodes by them:
+
+      | integral | definition | covariance |
+      |---|---|---|
+      | `i2(C)` | `E[g(a) g(b)]` | 2×2 |
+      | `i3(C)` | `E[g'(a) b g(c)]` | 3×3 |
+      | `i4(C)` | `E[g'(a) g'(b) g(c) g(d)]` | 4×4 |
+      | `j2(C)` | `E[g'(a) g'(b)]` | 2×2 |
+    """
+
+    name: eqx.AbstractClassVar[str]
+    label: eqx.AbstractClassVar[str]
+    exact: eqx.AbstractClassVar[bool]
+
+    @abc.abstractmethod
+    def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        """`g(x)`, elementwise."""
+
+    def derivative(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        """`g'(x)`, elementwise (autodiff of `__call__` unless overridden)."""
+        flat = jnp.ravel(x)
+        return jax.vmap(jax.grad(lambda s: self(s)))(flat).reshape(jnp.shape(x))
+
+    def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
+        raise NotImplementedError(f"unit {self.name!r} has no closed-form I2")
+
+    def i3(self, C: Float[Array, "*batch 3 3"]) -> Float[Array, "*batch"]:
+        raise NotImplementedError(f"unit {self.name!r} has no closed-form I3")
+
+    def i4(self, C: Float[Array, "*batch 4 4"]) -> Float[Array, "*batch"]:
+        raise NotImplementedError(f"unit {self.name!r} has no closed-form I4")
+
+    def j2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
+        raise NotImplementedError(f"unit {self.name!r} has no closed-form J2")
+
+
+_REGISTRY: Registry[type[AbstractUnit]] = Registry("unit activation", "name")
+
+_U = TypeVar("_U", bound=type[AbstractUnit])
+
+
+def register_unit(cls: _U) -> _U:
+    """Class decorator: make `cls` available under `cls.name` as a `model.activation` of the
+    models built of units."""
+    _REGISTRY.register(cls)
+    return cls
+
+
+def unregister_unit(name: str) -> None:
+    """Remove a registered unit (tests that register temporary ones)."""
+    _REGISTRY.unregister(name)
+
+
+def unit_names() -> tuple[str, ...]:
+    """The registered units, in registration order."""
+    return _REGISTRY.names()
+
+
+def unit_class(name: str) -> type[AbstractUnit]:
+    """The class registered under `name`; a [`ConfigError`][] naming `model.activation`
+    otherwise."""
+    return _REGISTRY.get(name, lambda msg: ConfigError(f"model.activation = {msg}"))
+
+
+def get_unit(name: str) -> AbstractUnit:
+    """An instance of the unit registered under `name` (e.g. `"erf"`)."""
+    return unit_class(name)()
