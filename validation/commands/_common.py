@@ -254,3 +254,27 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
                  f"theory vs SGD at D={sgd.dim}, {cfg.model.activation}, heads in canonical "
                  "order"))
     return report
+
+
+def require_attention(cfg: Config, command: str, reason: str | None = None) -> None:
+    """A one-line error unless `cfg` is the attention model: `reason` says why `command` does
+    not apply to another `model.kind`; without one, the command is not yet written for it."""
+    if cfg.model_kind == "attention":
+        return
+    if reason is not None:
+        raise ConfigError(f"{command} does not apply to model.kind = "
+                          f"{cfg.model_kind!r}: {reason}")
+    raise ConfigError(f"{command} is not available for model.kind = "
+                      f"{cfg.model_kind!r} yet; for it use sgd, ode and sde "
+                      "(docs/committee.md)")
+
+
+def describe_model(cfg: Config) -> str:
+    """A few words naming the model of `cfg`, for figure titles."""
+    if cfg.model_kind == "attention":
+        return f"{cfg.model.activation}"
+    if cfg.model_kind == "committee":
+        m = cfg.model
+        layers = "both layers" if m.train_second_layer else "first layer"
+        return f"committee K={m.K}, M={m.M}, {m.activation}, {layers} trained, σ={m.noise:g}"
+    return f"model.kind = {cfg.model_kind}"

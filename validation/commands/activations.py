@@ -22,6 +22,7 @@ from ..experiments.activations import (amplitude_sweep, bayes_risks, heads_sweep
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
                       float_list, int_list, MODE_HELP, mode_of, out_dir, positive_float,
                       positive_int, replace_out, run_logger, sample_count)
+from ._common import require_attention
 
 
 EXAMPLE = "headflow activations --set model.L=3 --amplitudes 2,3 --t-max 300"
@@ -87,6 +88,9 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
+    require_attention(cfg, "activations",
+                      "it compares the attention activations against the Bayes risk "
+                      "of the attention model's prior")
     mode = mode_of(args)
     amps = (list(args.amplitudes) if args.amplitudes is not None
             else [cfg.prior.amplitude * f for f in (1 / 3, 2 / 3, 1.0, 4 / 3)])

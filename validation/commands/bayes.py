@@ -7,6 +7,7 @@ from ..experiments.bayes import bayes_summary
 from .._json import write as write_json
 from .._rundir import run_dir
 from ._common import add_config_args, checked, config_from_args, out_dir, replace_out, sample_count
+from ._common import require_attention
 
 
 EXAMPLE = "headflow bayes validation/configs/demo.toml --samples 65536"
@@ -27,6 +28,8 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
+    require_attention(cfg, "bayes",
+                      "it computes the Bayes-optimal risk of the attention model's prior")
     out = out_dir(args, "bayes", cfg, extra=str(args.samples))
     if args.check:
         return checked(args, out)

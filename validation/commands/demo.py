@@ -13,6 +13,7 @@ from .._rundir import run_dir
 from ..experiments.bayes import bayes_summary
 from .compare import verdict_lines
 from ._common import add_out_args, add_set_arg, checked, out_dir, replace_out, write_comparison
+from ._common import require_attention
 
 
 EXAMPLE = "headflow demo --set sim.seeds=4 --set sde.paths=8"
@@ -37,6 +38,7 @@ def demo_config_text() -> str:
 
 def run(args) -> dict:
     cfg = Config.from_toml(demo_config_text(), args.set)
+    require_attention(cfg, "demo")
     out = args.out if args.out is not None else out_dir(args, "demo", cfg)
     if args.check:
         return checked(args, out)

@@ -15,6 +15,7 @@ from ..experiments.escape import EXTRAPOLATE, escape_study
 from ..plots.phases import plot_escape
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
                       positive_float, positive_int, replace_out, show_progress)
+from ._common import require_attention
 
 
 def dims_list(text: str) -> list[int]:
@@ -85,6 +86,7 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max", paths="sde.paths")
+    require_attention(cfg, "escape")
     if cfg.model.H < 2:
         raise ConfigError(f"model.H = {cfg.model.H}: escape times need at least 2 heads")
     sde = not args.no_sde

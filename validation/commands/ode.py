@@ -7,7 +7,8 @@ from dynamics.ode import run_ode
 
 from .._rundir import run_dir
 from ..plots.trajectories import plot_trajectories
-from ._common import add_config_args, checked, config_from_args, out_dir, replace_out, show_progress
+from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
+                      replace_out, show_progress)
 
 
 EXAMPLE = "headflow ode validation/configs/demo.toml --set ode.rhs=symbolic"
@@ -39,6 +40,7 @@ def run(args) -> dict:
         arrays = res.arrays()
         rd.save_npz("ode.npz", arrays)
         plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
-                          title=f"order-parameter ODE ({cfg.ode.form}), {cfg.model.activation}")
+                          title=f"order-parameter ODE, {describe_model(cfg)}"
+                          + (f" ({cfg.ode.form} form)" if cfg.model_kind == "attention" else ""))
     return {"risk_final": float(arrays["risk"][-1]), "risk_final_err":
             float(arrays["risk_err"][-1]), "out": str(out)}

@@ -15,6 +15,7 @@ from ..experiments.phases import detect_phases, ode_trajectory, seed_summary
 from ..plots.phases import plot_phases
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
                       positive_int, replace_out, show_progress)
+from ._common import require_attention
 
 
 EXAMPLE = "headflow phases validation/configs/staged.toml"
@@ -45,6 +46,7 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
+    require_attention(cfg, "phases")
     if cfg.model.H < 2:
         raise ConfigError(f"model.H = {cfg.model.H}: phases need at least 2 heads")
     if cfg.ode.form != "manifold":

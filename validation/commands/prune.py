@@ -24,6 +24,7 @@ from ..experiments.pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, Sub
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
                       MODE_HELP, mode_of, out_dir, positive_float, positive_int, replace_out,
                       run_logger, sample_count)
+from ._common import require_attention
 
 
 EXAMPLE = "headflow prune --set model.H=4 --criterion greedy"
@@ -68,6 +69,8 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
+    require_attention(cfg, "prune",
+                      "it prunes attention heads")
     if args.random_orders < 0:
         raise HeadflowError(f"--random-orders {args.random_orders}: must be >= 0")
     mode = mode_of(args)

@@ -11,6 +11,7 @@ from ..experiments.scaling import SLOPE_EXPECTED, scaling_study
 from ..plots.scaling import plot_scaling
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir, positive_int,
                       replace_out, show_progress)
+from ._common import require_attention
 from .escape import dims_list
 
 EXAMPLE = ("headflow scaling validation/configs/theory_vs_sgd.toml --dims 250,500,1000,2000 "
@@ -39,6 +40,7 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args, seeds="sim.seeds")
+    require_attention(cfg, "scaling")
     if len(args.dims) < 3:
         raise ConfigError(f"--dims: need at least three dimensions for a slope interval, got "
                           f"{','.join(map(str, args.dims))}")

@@ -13,8 +13,8 @@ from dynamics.sde import run_sde
 
 from .._rundir import run_dir
 from ..plots.fan import plot_fan
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
-                      replace_out, show_progress)
+from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
+                      positive_int, replace_out, show_progress)
 
 EXAMPLE = ("headflow sde validation/configs/demo.toml --dim 1000 --paths 64 "
            "--set sde.samples_drift=4096")
@@ -60,19 +60,21 @@ def run(args) -> dict:
             print(f"headflow: warning: {int(invalid.sum())} of {len(invalid)} paths left the "
                   f"PSD domain (first at t = {np.nanmin(first):.4g}); they are kept, see "
                   "valid / first_invalid in sde.npz", file=sys.stderr)
-        escapes = res.escape_times()
+        # escape times are defined for the attention model's specialization (docs/phases.md)
+        escapes = res.escape_times() if res.model is None else None
         rd.meta["sde"] = {**res.info, "paths_invalid": int(invalid.sum())}
-        rd.save_npz("sde.npz", {**arrays, "escape": escapes})
+        rd.save_npz("sde.npz", arrays if escapes is None else {**arrays, "escape": escapes})
         plot_fan(rd.path("sde.png"), arrays["t"], arrays,
                  title=f"SDE of the overlaps, D={res.dim}, {len(invalid)} paths, "
-                 f"{cfg.model.activation}")
+                 f"{describe_model(cfg)}")
     final = arrays["risk"][:, -1]
     n = len(final)
     std = float(final.std(ddof=1)) if n > 1 else float("nan")
     return {"risk_final_mean": float(final.mean()), "risk_final_std": std,
             "risk_final_sem": std / np.sqrt(n) if n > 1 else float("nan"),
-            "escape_quantiles": escape_quantiles(escapes),
-            "escaped": int(np.isfinite(escapes).sum()), "dim": res.dim, "paths": n,
+            **({} if escapes is None else {"escape_quantiles": escape_quantiles(escapes),
+                                           "escaped": int(np.isfinite(escapes).sum())}),
+            "dim": res.dim, "paths": n,
             "paths_invalid": int(invalid.sum()),
             "first_invalid_t": float(np.nanmin(first)) if invalid.any() else None,
             "out": str(out)}

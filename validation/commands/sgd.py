@@ -8,8 +8,8 @@ from sims import run_sgd
 
 from .._rundir import run_dir
 from ..plots.trajectories import plot_trajectories
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
-                      replace_out, show_progress)
+from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
+                      positive_int, replace_out, show_progress)
 
 
 EXAMPLE = "headflow sgd validation/configs/demo.toml --dim 500 --seeds 4"
@@ -18,8 +18,10 @@ EXAMPLE = "headflow sgd validation/configs/demo.toml --dim 500 --seeds 4"
 
 def register(sub) -> None:
     p = sub.add_parser("sgd", help="finite-D online SGD (--dim, --seeds)",
-                       description="Online SGD of the single-location model at dimension D over "
-                       "several seeds; writes sgd.npz, a figure, config.toml and meta.json.")
+                       description="Online SGD of the configured model (the attention model, or "
+                       "[model] kind = 'committee') at dimension D over several seeds, in "
+                       "weight space or exactly in overlap space (sim.space); writes sgd.npz, "
+                       "a figure, config.toml and meta.json.")
     add_config_args(p)
     p.add_argument("--dim", type=positive_int, help="D (overrides sim.dim)")
     p.add_argument("--seeds", type=positive_int, help="number of seeds (overrides sim.seeds)")
@@ -40,7 +42,7 @@ def run(args) -> dict:
         rd.save_npz("sgd.npz", arrays)
         plot_trajectories(rd.path("sgd.png"), arrays["t"], sgd=arrays,
                           title=f"online SGD, D={res.dim}, {len(res.seeds)} seeds, "
-                          f"{cfg.model.activation}")
+                          f"{describe_model(cfg)}")
     final = arrays["risk"][:, -1]
     return {"risk_final": float(final.mean()),
             "risk_final_sem": float(final.std(ddof=1) / np.sqrt(len(final)))

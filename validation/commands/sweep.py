@@ -14,6 +14,7 @@ from ..experiments.sweep import STATUS, parse_grid, run_sweep
 from ..plots.phases import plot_phase_diagram, plot_sweep
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
                       positive_int, replace_out, show_progress)
+from ._common import require_attention
 
 
 EXAMPLE = ("headflow sweep validation/configs/escape.toml --grid training.lr=0.5,1 "
@@ -46,6 +47,7 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
+    require_attention(cfg, "sweep")
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
     if args.check:

@@ -7,17 +7,16 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics import ORDER_PARAMETERS
-
 from . import pyplot as plt
-from .trajectories import _components
+from .trajectories import _components, panel_names
 
 BANDS = ((5.0, 95.0, 0.15), (25.0, 75.0, 0.3))
 """`(lower, upper percentile, opacity)` of the bands: 90% and 50% of the paths."""
 
 
 def _series(name: str, arrays: dict) -> list[tuple[str, np.ndarray]]:
-    return [("R", arrays["risk"])] if name == "risk" else _components(name, arrays[name])
+    risk = "R" if "m" in arrays else "ε_g"
+    return [(risk, arrays["risk"])] if name == "risk" else _components(name, arrays[name], 2)
 
 
 def escape_cdf(escapes: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -39,7 +38,7 @@ def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, overlay: dict | None = 
     seed as a thin line and the seed median dashed, in the component's colour. `escapes`
     `(overlay's, fan's)` escape times (NaN: never) add a panel with both empirical
     distribution functions. `labels` name `(the fan, the overlay)`."""
-    panels = ("risk",) + ORDER_PARAMETERS
+    panels = ("risk",) + panel_names(arrays)
     ncols = 4 if escapes is not None else 3
     fig, axes = plt.subplots(2, ncols, figsize=(4.7 * ncols, 7.5))
     flat = list(axes.flat)

@@ -11,13 +11,28 @@ from . import pyplot as plt
 from dynamics import ORDER_PARAMETERS
 
 
-def _components(name: str, arr: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Split an order-parameter array `(..., T, *shape)` into labelled scalar series (symmetric
-    matrices: upper triangle only)."""
-    shape = arr.shape[arr.ndim - {"m": 2, "q": 2, "s": 2, "n": 1, "b": 1}[name]:]
+_SYMMETRIC = {"q", "s", "Q", "T"}
+"""Order parameters that are symmetric matrices (plotted by their upper triangle)."""
+
+NOT_STATE = {"t", "steps", "risk", "risk_err", "seeds", "valid", "first_invalid", "escape"}
+"""Arrays of the output files that are not order parameters."""
+
+
+def panel_names(arrays: dict) -> tuple[str, ...]:
+    """The order parameters to plot: the attention model's manifold ones, or every named order
+    parameter of a model of the family (`Q`, `R`, `T`, `v`, `A` for the committee)."""
+    if "m" in arrays:
+        return ORDER_PARAMETERS
+    return tuple(k for k in arrays if k not in NOT_STATE)
+
+
+def _components(name: str, arr: np.ndarray, lead: int) -> list[tuple[str, np.ndarray]]:
+    """Split an order-parameter array `(*lead axes, *shape)` (the time axis last of the `lead`
+    leading axes) into labelled scalar series (symmetric matrices: upper triangle only)."""
+    shape = arr.shape[lead:]
     out = []
     for idx in np.ndindex(*shape):
-        if name in ("q", "s") and idx[0] > idx[1]:
+        if name in _SYMMETRIC and idx[0] > idx[1]:
             continue
         label = f"{name}_{''.join(str(i + 1) for i in idx)}"
         out.append((label, arr[(Ellipsis, *idx)]))
@@ -28,16 +43,17 @@ def plot_trajectories(path: Path, t: np.ndarray, *, sgd: dict | None = None,
                       ode: dict | None = None, title: str = "") -> None:
     """Risk and every order parameter versus t: SGD seed mean with a ±1 std band (arrays with a
     leading seed axis) and/or the ODE line."""
-    panels = ("risk",) + ORDER_PARAMETERS
+    panels = ("risk",) + panel_names(sgd if sgd is not None else ode or {})
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5), sharex=True)
     for ax, name in zip(axes.flat, panels):
         series = []
+        risk = "R" if "m" in (sgd if sgd is not None else ode or {}) else "ε_g"
         if sgd is not None:
-            series += [(lbl, a, "sgd") for lbl, a in
-                       ([("R", sgd["risk"])] if name == "risk" else _components(name, sgd[name]))]
+            series += [(lbl, a, "sgd") for lbl, a in ([(risk, sgd["risk"])] if name == "risk"
+                                                       else _components(name, sgd[name], 2))]
         if ode is not None:
-            series += [(lbl, a, "ode") for lbl, a in
-                       ([("R", ode["risk"])] if name == "risk" else _components(name, ode[name]))]
+            series += [(lbl, a, "ode") for lbl, a in ([(risk, ode["risk"])] if name == "risk"
+                                                       else _components(name, ode[name], 1))]
         colors: dict[str, str] = {}
         for lbl, a, kind in series:
             color = colors.setdefault(lbl, f"C{len(colors) % 10}")
