@@ -259,9 +259,9 @@ _SECTIONS: dict[str, type] = {
 class Config:
     """A fully validated experiment configuration."""
 
-    model: ModelSection = ModelSection()
+    model: Any = ModelSection()           # or the section of another model.kind
     prior: PriorSection = PriorSection()
-    training: TrainingSection = TrainingSection()
+    training: Any = TrainingSection()     # or the [training] of another model.kind
     ode: ODESection = ODESection()
     sim: SimSection = SimSection()
     output: OutputSection = OutputSection()

@@ -16,6 +16,7 @@ from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teach
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
                       risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
+from dynamics.models import GramState
 from dynamics.ode import model_arrays, risk_rule, states_risk
 from dynamics.sharding import gather, shard_batch
 
@@ -210,7 +211,7 @@ def sgd_overlaps(cfg: Config, *, dim: int, seed_list: list[int], times: np.ndarr
 
 
 def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
-            start: Overlaps | None = None, progress: bool = False,
+            start: Overlaps | GramState | None = None, progress: bool = False,
             times: np.ndarray | None = None) -> SGDResult:
     """Online SGD as configured (`[model]`, `[prior]`, `[training]`, `[sim]`, `[output]`), in
     weight or overlap space ([`sgd_overlaps`][]), with its recorded risk; `dim`, `seeds`

@@ -43,7 +43,7 @@ def model_start(cfg: Config, model: AbstractModel | None = None,
     if cfg.ode.init == "symmetric":
         return model.limit_state()
     key = jr.key(cfg.sim.seed) if key is None else key
-    return eqx.filter_jit(model.initial_state, )(key, cfg.sim.dim if dim is None else dim)
+    return eqx.filter_jit(model.initial_state)(key, cfg.sim.dim if dim is None else dim)
 
 
 def risk_rule(cfg: Config) -> MonteCarlo:

@@ -21,6 +21,7 @@ from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes,
 from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
 from ..symbolic import SymbolicField, symbolic_names
 from ._integrate import Integrator, integrate, traced_values
+from ..models import GramState
 from ._models import as_float64, model_arrays, model_field, model_start, risk_rule, states_risk
 from ._state import initial_overlaps
 
@@ -86,7 +87,7 @@ def error_target(cfg: Config) -> float:
 
 
 @eqx.filter_jit
-def _sizes_and_errors(field: AbstractField, ovs: Overlaps) -> tuple[Array, Array]:
+def _sizes_and_errors(field: AbstractField, ovs: Overlaps | GramState) -> tuple[Array, Array]:
     def one(ov):
         rhs, err = field.with_error(ov)
         r = jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(rhs)])
@@ -96,7 +97,7 @@ def _sizes_and_errors(field: AbstractField, ovs: Overlaps) -> tuple[Array, Array
     return jax.lax.map(one, ovs)
 
 
-def relative_error(field: AbstractField, ovs: Overlaps) -> np.ndarray:
+def relative_error(field: AbstractField, ovs: Overlaps | GramState) -> np.ndarray:
     """The error of the vector field at each state of `ovs` (leaves `(k, ...)`), by the nodes'
     own rule, relative to the field's largest size over those states:
     `max_i err_i(state) / max_states max_i |RHS_i|`. (Relative to the field at the same state
@@ -189,7 +190,7 @@ def _risk_along(model, ov, nodes, manifold):
                        batch_size=8)
 
 
-def run_ode(cfg: Config, ov0: Overlaps | None = None, times=None, *,
+def run_ode(cfg: Config, ov0: Overlaps | GramState | None = None, times=None, *,
             progress: bool = False) -> ODEResult:
     """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
     `[output]` grid) and evaluate the risk along the way."""

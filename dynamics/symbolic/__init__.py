@@ -29,3 +29,6 @@ from ._field import SymbolicField as SymbolicField
 from ._render import latex as latex
 from ._render import render as render
 from ._render import render_activation as render_activation
+from ._readout import ReadoutODE as ReadoutODE
+from ._readout import readout_ode as readout_ode
+from ._readout import readout_rhs as readout_rhs

@@ -18,6 +18,7 @@ from ._activations import symbolic_activation, symbolic_names
 from ._closed import Raw, bayes_construction, gradient_flow, limits, paper_variables, risk
 from ._codegen import generate
 from ._derive import ERR, Equation, error_form, local_field_ode, manifold_ode
+from ._readout import readout_section
 
 _NAMES = {al.wd: r"\lambda", al.e2: "e^2", ERR: r"\hat y - y"}
 
@@ -279,7 +280,8 @@ def render() -> str:
                "expression of §3–4 as JAX array code (one `einsum` per term) and "
                "`SymbolicField` (`[ode] rhs = \"symbolic\"`) runs it at the same Gaussian "
                "nodes as the autodiff field. For `bayes_softmax`, H = 2, L = 3, F = 1:\n\n"
-               "```python\n" + g.integrands_source + "\n" + g.rhs_source + "```\n")
+               "```python\n" + g.integrands_source + "\n" + g.rhs_source + "```\n\n")
+    out.append(readout_section())
     return "".join(out)
 
 
