@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher, Weights,
-                      check_stop, init_weights, make_teacher, population_risk, require_x64,
-                      risk_nodes, weights_from_overlaps)
+from dynamics import (Config, DivergenceError, HeadflowError, Model, Overlaps, StepSizes,
+                      Teacher, Weights, check_stop, init_weights, make_teacher, population_risk,
+                      require_x64, risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
 from dynamics.models import GramState
 from dynamics.ode import model_arrays, risk_rule, states_risk
@@ -219,6 +219,8 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     if cfg.model_kind != "attention":
         return _run_model_sgd(cfg, dim=dim, seeds=seeds, start=start, progress=progress,
                               times=times)
+    if isinstance(start, GramState):
+        raise HeadflowError("the attention model's start is an Overlaps, not a GramState")
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     n = cfg.sim.seeds if seeds is None else int(seeds)

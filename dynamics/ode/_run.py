@@ -196,16 +196,18 @@ def run_ode(cfg: Config, ov0: Overlaps | GramState | None = None, times=None, *,
     `[output]` grid) and evaluate the risk along the way."""
     if cfg.model_kind != "attention":
         return _run_model_ode(cfg, ov0, times, progress=progress)
+    if isinstance(ov0, GramState):
+        raise HeadflowError("the attention model's start is an Overlaps, not a GramState")
     model = cfg.build_model()
-    ov0 = initial_state(cfg, model) if ov0 is None else ov0
+    start: Overlaps = initial_state(cfg, model) if ov0 is None else ov0
     if cfg.ode.form == "manifold":
-        ov0 = ov0.on_manifold()
-    ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
+        start = start.on_manifold()
+    start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-    cfg, sizing = sized(cfg, model, ov0, times)
+    cfg, sizing = sized(cfg, model, start, times)
     backend = backend_of(cfg)
     field = build_field(cfg, model, backend)
-    sol = integrate(field, ov0, times, Integrator.from_config(cfg.ode), progress=progress)
+    sol = integrate(field, start, times, Integrator.from_config(cfg.ode), progress=progress)
     risk, err = trajectory_risk(model, sol.overlaps, backend,
                                 manifold=cfg.ode.form == "manifold")
     every = max(1, (len(times) - 1) // 8)
