@@ -14,6 +14,8 @@ from ._errors import ConfigError as ConfigError
 from ._errors import DivergenceError as DivergenceError
 from ._errors import HeadflowError as HeadflowError
 from ._errors import require_x64 as require_x64
+from ._layout import ATTENTION as ATTENTION
+from ._layout import Layout as Layout
 from ._model import SIGNAL as SIGNAL
 from ._model import Model as Model
 from ._model import ValueMoments as ValueMoments

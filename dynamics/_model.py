@@ -11,6 +11,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
+from ._layout import ATTENTION, Layout
 from .activations import AbstractActivation
 from .priors import AbstractPrior
 
@@ -37,6 +38,11 @@ class Model(eqx.Module):
     @property
     def F(self) -> int:
         return self.prior.F
+
+    @property
+    def layout(self) -> Layout:
+        """The layout of the attention model's order parameters ([`dynamics.Layout`][])."""
+        return ATTENTION
 
     def check_state(self, ov, *, what: str = "initial overlaps") -> None:
         """One-line errors for an unusable state: wrong shapes, non-PSD overlaps."""

@@ -15,14 +15,16 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._errors import HeadflowError
+from ._layout import ATTENTION
 from ._linalg import psd_part, psd_pinv_sqrt, psd_sqrt
 from ._model import SIGNAL, ValueMoments
 
-ORDER_PARAMETERS = ("m", "q", "n", "s", "b")
-"""The order parameters on the invariant manifold."""
+ORDER_PARAMETERS = ATTENTION.names
+"""The order parameters on the invariant manifold: `m, q, n, s, b`."""
 
-CROSS_OVERLAPS = ("kv", "kvs", "vks")
-"""The cross overlaps between keys and values (zero on the invariant manifold)."""
+CROSS_OVERLAPS = ATTENTION.cross
+"""The cross overlaps between keys and values (zero on the invariant manifold): `kv, kvs,
+vks`."""
 
 
 class Overlaps(eqx.Module):

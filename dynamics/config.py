@@ -344,6 +344,9 @@ class Config:
 
             mcls: Any = model_class(kind)
             classes.update(model=mcls.section, training=mcls.training)
+            if "prior" in data:
+                raise ConfigError(f"[prior] is not used by model.kind = {kind!r} (it "
+                                  "describes the attention model's latent directions)")
             sections.update(model=mcls.section(), training=mcls.training())
         for name, body in data.items():
             if name not in classes:

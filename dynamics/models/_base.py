@@ -23,6 +23,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, Scalar
 
 from .._errors import ConfigError, HeadflowError
+from .._layout import Layout
 from .._registry import Registry
 from ..units import AbstractUnit
 
@@ -83,10 +84,13 @@ class AbstractModel(eqx.Module):
     - `named(state)`: the order parameters by name, for output files and figures;
     - `init_weights(key, dim)`: a random initialization at dimension D (teacher included);
     - `limit_state()`: the D → ∞ limit of that initialization;
-    - `readout(params)` (optional): the [`Readout`][] structure, for exact expectations.
+    - `readout(params)` (optional): the [`Readout`][] structure, for exact expectations;
+    - `layout`: how its named order parameters are laid out ([`dynamics.Layout`][]), for the
+      analyses that compare runs.
     """
 
     kind: eqx.AbstractClassVar[str]
+    layout: eqx.AbstractClassVar[Layout]
 
     @property
     @abc.abstractmethod

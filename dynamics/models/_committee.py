@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray, Scalar
 
 from .._errors import ConfigError
+from .._layout import Layout
 from ..units import AbstractUnit, get_unit, unit_class
 from ._base import AbstractModel, GramState, ModelWeights, Readout, gaussian_rows, register_model
 
@@ -45,6 +46,8 @@ class CommitteeSection:
         if not np.isfinite(self.noise) or self.noise < 0:
             raise ConfigError(f"model.noise = {self.noise}: must be a finite number >= 0")
         if self.teacher_second_layer is not None:
+            if any(isinstance(x, bool) for x in self.teacher_second_layer):
+                raise ConfigError("model.teacher_second_layer: entries must be numbers")
             try:
                 a = np.asarray(self.teacher_second_layer, dtype=np.float64)
             except (TypeError, ValueError):
@@ -106,6 +109,10 @@ class Committee(AbstractModel):
     kind: ClassVar[str] = "committee"
     section: ClassVar[type] = CommitteeSection
     training: ClassVar[type] = CommitteeTraining
+    layout: ClassVar[Layout] = Layout(names=("Q", "R", "v"), per_unit=("R", "v"),
+                                      unit_by_unit=("Q",), alignment=("R", "Q"))
+    """Student units are exchangeable; `α_in = R_in/√Q_ii` is the alignment of student i with
+    teacher n (`|w*_n|²/D = 1` up to O(D^{-1/2}))."""
 
     K: int = eqx.field(static=True)
     M: int = eqx.field(static=True)

@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Key
 
 from .._errors import HeadflowError, require_x64
+from .._layout import ATTENTION
 from .._model import Model
 from .._risk import risk_nodes
 from .._steps import StepSizes
@@ -70,8 +71,11 @@ class SDEResult(eqx.Module):
         return np.all(np.isfinite(y) & (np.abs(np.nan_to_num(y)) < BLOWUP), axis=1)
 
     def escape_times(self) -> np.ndarray:
-        """Each path's escape time (`dynamics.measures.escape_time`; NaN: no escape)."""
-        t, m, q = np.asarray(self.t), np.asarray(self.overlaps.m), np.asarray(self.overlaps.q)
+        """Each path's escape time (`dynamics.measures.escape_time` of the alignment arrays of
+        the model's [`dynamics.Layout`][]; NaN: no escape)."""
+        arrays = self.arrays()
+        a, g = (ATTENTION if self.model is None else self.model.layout).alignment
+        t, m, q = np.asarray(self.t), arrays[a], arrays[g]
         out = [escape_time(t, m[i], q[i]) for i in range(m.shape[0])]
         return np.array([np.nan if e is None else e for e in out])
 

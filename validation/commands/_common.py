@@ -221,15 +221,15 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     with rd.timed("compare"):
         sgd, res, report = compare(cfg, theory=theory, paths=paths, progress=show_progress())
     rd.save_npz("sgd.npz", sgd.arrays())
-    s, o = canonical_arrays(sgd, res)
+    layout = cfg.build_model().layout
+    s, o = canonical_arrays(sgd, res, layout)
     if isinstance(res, ODEResult):
         rd.meta["ode_solver_steps"] = res.num_steps
         rd.save_npz("ode.npz", res.arrays())
         write_json(rd.path("report.json"), report)
         plot_trajectories(rd.path("compare.png"), s["t"], sgd=s, ode=o, title=title or (
-            f"ODE (dashed) vs SGD seed mean ± std (heads in canonical order), D={sgd.dim}, "
-            f"{len(sgd.seeds)} seeds, "
-            f"{cfg.model.activation}"))
+            f"ODE (dashed) vs SGD seed mean ± std (units in canonical order), D={sgd.dim}, "
+            f"{len(sgd.seeds)} seeds, {describe_model(cfg)}"))
         return report
     escapes = np.array([np.nan if e is None else e for e in report["escape"]["theory"]])
     if isinstance(res, SDEResult):
@@ -242,16 +242,17 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
         what = f"SDE, {report['paths']} paths"
     else:
         rd.meta["ode_solver_steps"] = list(res.num_steps)
-        what = f"ODE per seed ({cfg.ode.form} form)"
+        what = ("ODE per seed" + (f" ({cfg.ode.form} form)" if cfg.model_kind == "attention"
+                                  else ""))
     name = "sde.npz" if isinstance(res, SDEResult) else "ode_per_seed.npz"
     rd.save_npz(name, {**res.arrays(), "escape": escapes})
-    rd.save_npz("ensemble.npz", ensemble_series(s, {**o, "t": s["t"]}))
+    rd.save_npz("ensemble.npz", ensemble_series(s, {**o, "t": s["t"]}, layout))
     write_json(rd.path("report.json"), report)
     sgd_escapes = [np.nan if e is None else e for e in report["escape"]["sgd"]]
     plot_fan(rd.path("compare.png"), s["t"], o, overlay=s,
              escapes=(np.asarray(sgd_escapes, dtype=float), escapes),
              labels=(what, f"SGD, {len(sgd.seeds)} seeds"), title=title or (
-                 f"theory vs SGD at D={sgd.dim}, {cfg.model.activation}, heads in canonical "
+                 f"theory vs SGD at D={sgd.dim}, {describe_model(cfg)}, units in canonical "
                  "order"))
     return report
 
@@ -265,7 +266,7 @@ def require_attention(cfg: Config, command: str, reason: str | None = None) -> N
         raise ConfigError(f"{command} does not apply to model.kind = "
                           f"{cfg.model_kind!r}: {reason}")
     raise ConfigError(f"{command} is not available for model.kind = "
-                      f"{cfg.model_kind!r} yet; for it use sgd, ode and sde "
+                      f"{cfg.model_kind!r} yet; for it use sgd, ode, sde and compare "
                       "(docs/committee.md)")
 
 

@@ -9,7 +9,6 @@ from .._rundir import run_dir
 from ..experiments.compare import THEORIES
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
                       replace_out, write_comparison)
-from ._common import require_attention
 
 
 EXAMPLE = "headflow compare validation/configs/escape.toml --dim 1000 --seeds 8 --paths 32"
@@ -43,7 +42,6 @@ def run(args) -> dict:
         raise ConfigError(f"--paths applies to --theory sde only (got --theory {args.theory})")
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds",
                            **({"paths": "sde.paths"} if sde else {}))
-    require_attention(cfg, "compare")
     out = out_dir(args, "compare", cfg, "" if args.theory == "ode" else args.theory)
     if args.check:
         return checked(args, out)

@@ -6,14 +6,14 @@ from importlib import resources
 
 import numpy as np
 
-from dynamics import Config
+from dynamics import Config, ConfigError
+from dynamics.config import parse_value
 
 from .._json import write as write_json
 from .._rundir import run_dir
 from ..experiments.bayes import bayes_summary
 from .compare import verdict_lines
 from ._common import add_out_args, add_set_arg, checked, out_dir, replace_out, write_comparison
-from ._common import require_attention
 
 
 EXAMPLE = "headflow demo --set sim.seeds=4 --set sde.paths=8"
@@ -37,8 +37,12 @@ def demo_config_text() -> str:
 
 
 def run(args) -> dict:
+    kinds = [x for x in args.set if x.partition("=")[0].strip() == "model.kind"]
+    if kinds and parse_value(kinds[-1].partition("=")[2].strip()) != "attention":
+        raise ConfigError("demo runs the attention model of validation/configs/demo.toml; for "
+                          "another model.kind use headflow compare with its config "
+                          "(docs/models.md)")
     cfg = Config.from_toml(demo_config_text(), args.set)
-    require_attention(cfg, "demo")
     out = args.out if args.out is not None else out_dir(args, "demo", cfg)
     if args.check:
         return checked(args, out)

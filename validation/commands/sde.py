@@ -60,10 +60,9 @@ def run(args) -> dict:
             print(f"headflow: warning: {int(invalid.sum())} of {len(invalid)} paths left the "
                   f"PSD domain (first at t = {np.nanmin(first):.4g}); they are kept, see "
                   "valid / first_invalid in sde.npz", file=sys.stderr)
-        # escape times are defined for the attention model's specialization (docs/phases.md)
-        escapes = res.escape_times() if res.model is None else None
+        escapes = res.escape_times()
         rd.meta["sde"] = {**res.info, "paths_invalid": int(invalid.sum())}
-        rd.save_npz("sde.npz", arrays if escapes is None else {**arrays, "escape": escapes})
+        rd.save_npz("sde.npz", {**arrays, "escape": escapes})
         plot_fan(rd.path("sde.png"), arrays["t"], arrays,
                  title=f"SDE of the overlaps, D={res.dim}, {len(invalid)} paths, "
                  f"{describe_model(cfg)}")
@@ -72,9 +71,8 @@ def run(args) -> dict:
     std = float(final.std(ddof=1)) if n > 1 else float("nan")
     return {"risk_final_mean": float(final.mean()), "risk_final_std": std,
             "risk_final_sem": std / np.sqrt(n) if n > 1 else float("nan"),
-            **({} if escapes is None else {"escape_quantiles": escape_quantiles(escapes),
-                                           "escaped": int(np.isfinite(escapes).sum())}),
-            "dim": res.dim, "paths": n,
+            "escape_quantiles": escape_quantiles(escapes),
+            "escaped": int(np.isfinite(escapes).sum()), "dim": res.dim, "paths": n,
             "paths_invalid": int(invalid.sum()),
             "first_invalid_t": float(np.nanmin(first)) if invalid.any() else None,
             "out": str(out)}

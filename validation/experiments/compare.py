@@ -3,22 +3,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import (CROSS_OVERLAPS, ORDER_PARAMETERS, Config, DivergenceError, HeadflowError,
-                      Overlaps)
+from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
 from dynamics.measures import escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
-                          run_ode, sized, solve, traced_values, trajectory_risk)
+                          model_arrays, model_field, risk_rule, run_ode, sized, solve,
+                          states_risk, traced_values, trajectory_risk)
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
-
-_PER_HEAD = ("m", "n", "b", "kvs", "vks")
-_HEAD_BY_HEAD = ("q", "s", "kv")
 
 THEORIES = ("sde", "ode", "ode-per-seed")
 """What `headflow compare --theory` compares SGD with: the SDE ensemble at the run's D, the
@@ -51,28 +50,32 @@ def canonical_permutation(m_final: np.ndarray) -> np.ndarray:
     return np.lexsort(keys)
 
 
-def permute_heads(arrays: dict[str, np.ndarray], perm: np.ndarray) -> dict[str, np.ndarray]:
-    """Apply a head permutation to one trajectory's order parameters (arrays `(T, ...)` named as
-    in `sgd.npz`/`ode.npz`); other entries are returned unchanged."""
+def permute_heads(arrays: dict[str, np.ndarray], perm: np.ndarray,
+                  layout: Layout = ATTENTION) -> dict[str, np.ndarray]:
+    """Apply a permutation of the units (heads) to one trajectory's order parameters (arrays
+    `(T, ...)` named as in `sgd.npz`/`ode.npz`, laid out as `layout` says); other entries are
+    returned unchanged."""
     out = dict(arrays)
-    for name in _PER_HEAD:
+    for name in layout.per_unit:
         if name in out:
             out[name] = out[name][:, perm]
-    for name in _HEAD_BY_HEAD:
+    for name in layout.unit_by_unit:
         if name in out:
             out[name] = out[name][:, perm][:, :, perm]
     return out
 
 
-def canonicalize_seeds(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def canonicalize_seeds(arrays: dict[str, np.ndarray], layout: Layout = ATTENTION
+                       ) -> dict[str, np.ndarray]:
     """Put every run of an ensemble (SGD seeds, SDE paths, ODEs per seed: arrays
     `(S, T, ...)`) in its canonical head order."""
-    per_head = _PER_HEAD + _HEAD_BY_HEAD
-    S = arrays["m"].shape[0]
+    per_head = layout.per_unit + layout.unit_by_unit
+    align = layout.alignment[0]
+    S = arrays[align].shape[0]
     seeds = []
     for i in range(S):
         one = {k: arrays[k][i] for k in per_head if k in arrays}
-        seeds.append(permute_heads(one, canonical_permutation(one["m"][-1])))
+        seeds.append(permute_heads(one, canonical_permutation(one[align][-1]), layout))
     out = dict(arrays)
     for k in per_head:
         if k in arrays:
@@ -80,9 +83,11 @@ def canonicalize_seeds(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def canonicalize(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def canonicalize(arrays: dict[str, np.ndarray], layout: Layout = ATTENTION
+                 ) -> dict[str, np.ndarray]:
     """Canonical head order of one trajectory (arrays `(T, ...)`)."""
-    return permute_heads(arrays, canonical_permutation(arrays["m"][-1]))
+    return permute_heads(arrays, canonical_permutation(arrays[layout.alignment[0]][-1]),
+                         layout)
 
 
 def seed_mean_initial(sgd: SGDResult) -> Overlaps:
@@ -95,7 +100,7 @@ def _sup(x: np.ndarray) -> float:
 
 
 def _deviations(sgd: dict[str, np.ndarray], center: dict[str, np.ndarray], t_pre: float, *,
-                dim: int, seeds: int) -> dict:
+                dim: int, seeds: int, layout: Layout) -> dict:
     """The sup-norm deviations of a theory curve `center` (arrays `(T, ...)`: the ODE, or the
     mean of a theory ensemble) from the SGD seed mean, over the run and before `t_pre`, with
     the seed spread (`sgd` in canonical head order)."""
@@ -107,24 +112,32 @@ def _deviations(sgd: dict[str, np.ndarray], center: dict[str, np.ndarray], t_pre
     rep["risk_sup_abs"] = float(dev.max())
     rep["risk_sup_rel"] = float((dev / np.abs(rs)).max())
     rep["risk_spread"] = float(sgd["risk"].std(axis=0, ddof=1).max()) if seeds > 1 else 0.0
-    for name in ORDER_PARAMETERS:
+    for name in layout.names:
         mean = sgd[name].mean(axis=0)
         rep[f"{name}_sup_abs"] = _sup(center[name] - mean)
         rep[f"{name}_spread"] = _sup(sgd[name].std(axis=0, ddof=1)) if seeds > 1 else 0.0
-    rep["cross_sup_sgd"] = max(_sup(sgd[c].mean(axis=0)) for c in CROSS_OVERLAPS)
+    if layout.cross:
+        rep["cross_sup_sgd"] = max(_sup(sgd[c].mean(axis=0)) for c in layout.cross)
     rep["pre_escape"] = {
         "t_end": float(t_pre),
         "risk_sup_abs": float(dev[pre].max()),
         "risk_sup_rel": float((dev[pre] / np.abs(rs[pre])).max()),
         **{f"{n}_sup_abs": _sup(center[n][pre] - sgd[n][:, pre].mean(axis=0))
-           for n in ORDER_PARAMETERS},
+           for n in layout.names},
     }
     return rep
 
 
-def _sgd_escapes(sgd: dict[str, np.ndarray]) -> list[float | None]:
-    t = sgd["t"]
-    return [escape_time(t, sgd["m"][i], sgd["q"][i]) for i in range(sgd["m"].shape[0])]
+def escapes_of(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout = ATTENTION
+               ) -> list[float | None]:
+    """The escape time of every run of an ensemble (arrays `(S, T, ...)`; None: never), from
+    the alignment arrays of `layout` ([`dynamics.measures.escape_time`][])."""
+    a, g = layout.alignment
+    return [escape_time(t, arrays[a][i], arrays[g][i]) for i in range(arrays[a].shape[0])]
+
+
+def _sgd_escapes(sgd: dict[str, np.ndarray], layout: Layout) -> list[float | None]:
+    return escapes_of(sgd["t"], sgd, layout)
 
 
 def _pre_escape_end(t: np.ndarray, escapes: list[float | None]) -> float:
@@ -134,7 +147,7 @@ def _pre_escape_end(t: np.ndarray, escapes: list[float | None]) -> float:
 
 
 def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, dim: int,
-                     seeds: int) -> dict:
+                     seeds: int, layout: Layout = ATTENTION) -> dict:
     """Quantitative agreement between the ODE and the seed mean of SGD on a common
     time grid: sup-norm deviations of the risk and of each order parameter over the whole run,
     over the pre-escape window (before any SGD seed or the ODE leaves the unspecialized plateau,
@@ -143,12 +156,13 @@ def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, 
     Heads are exchangeable, and which head takes which direction at the specialization escape
     is random: every run (each seed and the ODE) is first put in its canonical head order
     ([`canonical_permutation`][])."""
-    sgd, ode = canonicalize_seeds(sgd), canonicalize(ode)
+    sgd, ode = canonicalize_seeds(sgd, layout), canonicalize(ode, layout)
     t = sgd["t"]
     rs, ro = sgd["risk"].mean(axis=0), ode["risk"]
-    esc_sgd = _sgd_escapes(sgd)
-    esc_ode = escape_time(t, ode["m"], ode["q"])
-    rep = _deviations(sgd, ode, _pre_escape_end(t, esc_sgd + [esc_ode]), dim=dim, seeds=seeds)
+    esc_sgd = _sgd_escapes(sgd, layout)
+    esc_ode = escape_time(t, ode[layout.alignment[0]], ode[layout.alignment[1]])
+    rep = _deviations(sgd, ode, _pre_escape_end(t, esc_sgd + [esc_ode]), dim=dim, seeds=seeds,
+                      layout=layout)
     rep["risk_mc_err"] = float(max(sgd["risk_err"].max(), ode["risk_err"].max()))
     dev = abs(float(ro[-1] - rs[-1]))
     rep["final"] = {"t": float(t[-1]), "risk_ode": float(ro[-1]), "risk_sgd": float(rs[-1]),
@@ -157,13 +171,14 @@ def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, 
                     if seeds > 1 else 0.0}
     rep["escape"] = {"sgd": esc_sgd, "ode": esc_ode,
                      "sgd_escaped": int(sum(e is not None for e in esc_sgd))}
-    return {k: rep[k] for k in _ODE_KEYS}
+    return {k: rep[k] for k in ode_keys(layout) if k in rep}
 
 
-_ODE_KEYS = ("dim", "seeds", "t_max", "risk_sup_abs", "risk_sup_rel", "risk_spread",
-             "risk_mc_err", *(f"{n}_{w}" for n in ORDER_PARAMETERS for w in ("sup_abs", "spread")),
-             "cross_sup_sgd", "pre_escape", "final", "escape")
-"""The keys of the ODE report, in their order."""
+def ode_keys(layout: Layout = ATTENTION) -> tuple[str, ...]:
+    """The keys of the ODE report, in their order."""
+    return ("dim", "seeds", "t_max", "risk_sup_abs", "risk_sup_rel", "risk_spread",
+            "risk_mc_err", *(f"{n}_{w}" for n in layout.names for w in ("sup_abs", "spread")),
+            "cross_sup_sgd", "pre_escape", "final", "escape")
 
 
 # -- ensembles ---------------------------------------------------------------------------------
@@ -252,14 +267,14 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
     return {"mean": mean, "std": std, "escape": escape, "all": bool(all(made))}
 
 
-def ensemble_series(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray]
-                    ) -> dict[str, np.ndarray]:
+def ensemble_series(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray],
+                    layout: Layout = ATTENTION) -> dict[str, np.ndarray]:
     """The moments over time of both ensembles (both in canonical head order): for the risk and
     every order parameter `NAME`, `{sgd,theory}_{mean,mean_se,std,std_se}_NAME` with the shape
     of one run (`(T, ...)`), plus `t` (the `ensemble.npz` arrays)."""
     out = {"t": np.asarray(sgd["t"])}
     for side, arrays in (("sgd", sgd), ("theory", theory)):
-        for name in ("risk",) + ORDER_PARAMETERS:
+        for name in ("risk",) + layout.names:
             for stat, v in ensemble_moments(arrays[name]).items():
                 out[f"{side}_{stat}_{name}"] = v
     return out
@@ -284,7 +299,7 @@ def _summary(series: dict[str, np.ndarray], name: str) -> dict:
 
 
 def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *, dim: int,
-                    theory_name: str) -> dict:
+                    theory_name: str, layout: Layout = ATTENTION) -> dict:
     """The agreement of a theory ensemble (SDE paths or ODEs per seed, arrays `(N, T, ...)`)
     with the SGD seeds (`(S, T, ...)`) on the common grid `sgd["t"]`, every run in its
     canonical head order.
@@ -294,17 +309,18 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
     escape times, their quantiles and the KS test), `verdicts` ([`agreement_verdicts`][]) and
     `ensemble` (per quantity: the largest mean difference in standard errors, the mean std
     ratio and both final moments)."""
-    sgd, theory = canonicalize_seeds(sgd), canonicalize_seeds(theory)
+    sgd, theory = canonicalize_seeds(sgd, layout), canonicalize_seeds(theory, layout)
     t = sgd["t"]
     S, N = sgd["risk"].shape[0], theory["risk"].shape[0]
     if theory["risk"].shape[1] != len(t):
         raise HeadflowError(f"theory has {theory['risk'].shape[1]} saved times, SGD {len(t)}")
-    series = ensemble_series(sgd, theory)
-    center = {n: series[f"theory_mean_{n}"] for n in ("risk",) + ORDER_PARAMETERS}
-    esc_sgd = _sgd_escapes(sgd)
-    esc_th = [escape_time(t, theory["m"][i], theory["q"][i]) for i in range(N)]
+    series = ensemble_series(sgd, theory, layout)
+    center = {n: series[f"theory_mean_{n}"] for n in ("risk",) + layout.names}
+    esc_sgd = _sgd_escapes(sgd, layout)
+    esc_th = escapes_of(t, theory, layout)
     rep = {"theory": theory_name,
-           **_deviations(sgd, center, _pre_escape_end(t, esc_sgd + esc_th), dim=dim, seeds=S),
+           **_deviations(sgd, center, _pre_escape_end(t, esc_sgd + esc_th), dim=dim, seeds=S,
+                         layout=layout),
            "paths": int(N)}
     rep["risk_mc_err"] = float(max(sgd["risk_err"].max(), theory["risk_err"].max()))
     rs, rt = series["sgd_mean_risk"], series["theory_mean_risk"]
@@ -323,7 +339,7 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
     rep["verdicts"] = agreement_verdicts(t, sgd["risk"], theory["risk"], esc_sgd, esc_th)
     rep["escape"]["ks_statistic"] = rep["verdicts"]["escape"]["ks_statistic"]
     rep["escape"]["ks_p"] = rep["verdicts"]["escape"]["ks_p"]
-    rep["ensemble"] = {n: _summary(series, n) for n in ("risk",) + ORDER_PARAMETERS}
+    rep["ensemble"] = {n: _summary(series, n) for n in ("risk",) + layout.names}
     return rep
 
 
@@ -335,19 +351,23 @@ class ODEEnsemble(eqx.Module):
     seed."""
 
     t: np.ndarray
-    overlaps: Overlaps
+    overlaps: Any
     risk: np.ndarray
     risk_err: np.ndarray
     num_steps: tuple[int, ...] = eqx.field(static=True, default=())
+    model: Any = None
+    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays of `sgd.npz` (seed axis first)."""
+        named = (self.overlaps.arrays() if self.model is None
+                 else model_arrays(self.model, self.overlaps))
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
-                "risk_err": np.asarray(self.risk_err), **self.overlaps.arrays()}
+                "risk_err": np.asarray(self.risk_err), **named}
 
 
 @eqx.filter_jit
-def _solve_seeds(field, ov0s: Overlaps, ts, integrator: Integrator):
+def _solve_seeds(field, ov0s: Any, ts, integrator: Integrator):
     """[`dynamics.ode.solve`][] vmapped over the initial states, all on one device (the field's
     node chunks sized for that batch, [`dynamics.fields.AbstractField.batched`][])."""
     field = field.batched(jax.tree.leaves(ov0s)[0].shape[0])
@@ -363,6 +383,8 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
 
     **Raises:** [`dynamics.DivergenceError`][] / [`dynamics.HeadflowError`][] naming the first
     seed whose ODE diverged or hit `ode.max_steps`."""
+    if cfg.model_kind != "attention":
+        return _run_model_ode_per_seed(cfg, sgd)
     model = cfg.build_model()
     manifold = cfg.ode.form == "manifold"
     ov0s = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
@@ -380,7 +402,18 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
     integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
     ys, result, steps = jax.block_until_ready(
         _solve_seeds(traced_values(field), ov0s, jnp.asarray(times), integrator))
-    for i in range(S):
+    _explain_seeds(sgd, ys, result, times, integrator)
+    flat = jax.tree.map(lambda x: x.reshape(S * len(times), *x.shape[2:]), ys)
+    risk, err = trajectory_risk(model, flat, backend, manifold=manifold)
+    return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk).reshape(S, -1),
+                       risk_err=np.asarray(err).reshape(S, -1),
+                       num_steps=tuple(int(n) for n in np.asarray(steps)))
+
+
+def _explain_seeds(sgd: SGDResult, ys, result, times: np.ndarray, integrator: Integrator
+                   ) -> None:
+    """A one-line error naming the first seed whose ODE failed."""
+    for i in range(len(sgd.seeds)):
         one = jax.tree.map(lambda x: np.asarray(x[i]), ys)
         finite = np.all(np.stack([np.isfinite(x).reshape(len(times), -1).all(axis=1)
                                   for x in jax.tree.leaves(one)]), axis=0)
@@ -388,11 +421,24 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
             explain(jax.tree.map(lambda x: x[i], result), times, finite, integrator)
         except HeadflowError as failed:
             raise type(failed)(f"seed {sgd.seeds[i]}: {failed}") from None
-    flat = jax.tree.map(lambda x: x.reshape(S * len(times), *x.shape[2:]), ys)
-    risk, err = trajectory_risk(model, flat, backend, manifold=manifold)
-    return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk).reshape(S, -1),
-                       risk_err=np.asarray(err).reshape(S, -1),
-                       num_steps=tuple(int(n) for n in np.asarray(steps)))
+
+
+def _run_model_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
+    """[`run_ode_per_seed`][] for a model of the family (`docs/models.md`)."""
+    model = cfg.build_model()
+    starts = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
+    for i, seed in enumerate(sgd.seeds):
+        model.check_state(jax.tree.map(lambda x: x[i], starts),
+                          what=f"initial state of seed {seed}")
+    times = np.asarray(sgd.t, dtype=np.float64)
+    field = model_field(cfg, model)
+    integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+    ys, result, steps = jax.block_until_ready(
+        _solve_seeds(field, starts, jnp.asarray(times), integrator))
+    _explain_seeds(sgd, ys, result, times, integrator)
+    risk, err = states_risk(model, ys, risk_rule(cfg))
+    return ODEEnsemble(t=times, overlaps=ys, risk=risk, risk_err=err,
+                       num_steps=tuple(int(n) for n in np.asarray(steps)), model=model)
 
 
 def run_sde_checked(cfg: Config, dim: int, paths: int | None, *, progress: bool = False
@@ -429,12 +475,13 @@ def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     [`ensemble_series`][] of the [`canonical_arrays`][]."""
     if theory not in THEORIES:
         raise HeadflowError(f"--theory {theory!r}: choose from {', '.join(THEORIES)}")
+    layout = cfg.build_model().layout
     sgd = run_sgd(cfg, dim=dim, seeds=seeds, progress=progress)
     if theory == "ode":
         ode = run_ode(cfg, seed_mean_initial(sgd), np.asarray(sgd.t), progress=progress)
         report = {"theory": "ode", **agreement_report(sgd.arrays(), ode.arrays(), dim=sgd.dim,
-                                                      seeds=len(sgd.seeds))}
-        report["ode_form"] = cfg.ode.form
+                                                      seeds=len(sgd.seeds), layout=layout)}
+        report.update(_ode_settings(cfg))
         return sgd, ode, report
     res: ODEEnsemble | SDEResult
     if theory == "ode-per-seed":
@@ -443,23 +490,31 @@ def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
         res = run_sde_checked(cfg, sgd.dim, paths, progress=progress)
     th = res.arrays()
     th["t"] = np.asarray(sgd.t)
-    report = ensemble_report(sgd.arrays(), th, dim=sgd.dim, theory_name=theory)
+    report = ensemble_report(sgd.arrays(), th, dim=sgd.dim, theory_name=theory, layout=layout)
     if theory == "ode-per-seed":
-        report["ode_form"] = cfg.ode.form
+        report.update(_ode_settings(cfg))
     else:
         assert isinstance(res, SDEResult)
         invalid = ~res.paths_valid
         first = np.asarray(res.first_invalid)
         report["sde"] = {**{k: res.info[k] for k in ("dt", "solver", "noise", "samples_drift",
-                                                      "samples_noise", "seed", "steps")},
+                                                      "drift", "samples_noise", "seed", "steps")
+                            if k in res.info},
                          "paths_invalid": int(invalid.sum()),
                          "first_invalid_t": float(np.nanmin(first)) if invalid.any() else None}
     return sgd, res, report
 
 
-def canonical_arrays(sgd: SGDResult, theory: ODEResult | ODEEnsemble | SDEResult
-                     ) -> tuple[dict, dict]:
+def _ode_settings(cfg: Config) -> dict:
+    """How the ODE was computed, for the report."""
+    if cfg.model_kind == "attention":
+        return {"ode_form": cfg.ode.form}
+    return {"ode_expectation": cfg.ode.expectation}
+
+
+def canonical_arrays(sgd: SGDResult, theory: ODEResult | ODEEnsemble | SDEResult,
+                     layout: Layout = ATTENTION) -> tuple[dict, dict]:
     """Both runs' arrays in canonical head order (for figures)."""
     th = theory.arrays()
-    return canonicalize_seeds(sgd.arrays()), (canonicalize(th) if th["risk"].ndim == 1
-                                              else canonicalize_seeds(th))
+    return canonicalize_seeds(sgd.arrays(), layout), (
+        canonicalize(th, layout) if th["risk"].ndim == 1 else canonicalize_seeds(th, layout))
