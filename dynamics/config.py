@@ -306,9 +306,11 @@ class Config:
                               "(it describes the attention model's latent directions)")
         model = self.build_model()
         if self.ode.expectation == "exact" and not has_exact_field(model):
-            raise ConfigError(f"ode.expectation = 'exact': model.activation = "
-                              f"{self.model.activation!r} has no closed-form Gaussian integrals "
-                              "for the drift; choose 'mc', 'qmc' or 'quadrature'")
+            raise ConfigError(f"ode.expectation = 'exact': model.kind = {self.model_kind!r}"
+                              + (f" with model.activation = {self.model.activation!r}"
+                                 if hasattr(self.model, "activation") else "")
+                              + " has no closed-form Gaussian integrals for the drift; choose "
+                              "'mc', 'qmc' or 'quadrature'")
         need = model.n_rows + self.training.batch + 1
         if self.sim.space == "overlaps" and self.sim.dim < need:
             raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "

@@ -186,9 +186,26 @@ def test_committee_runs(tmp_path, capsys, name):
 # -- commands that do not take the committee ----------------------------------------------------
 
 DOES_NOT_APPLY = {"activations": [], "prune": [], "bayes": []}
-NOT_YET = {"phases": [], "escape": [], "scaling": [],
-           "sweep": ["--grid", "training.lr=0.25,0.5"], "schedule": ["--budget", "10"],
+NOT_YET = {"phases": [], "escape": [], "scaling": [], "schedule": ["--budget", "10"],
            "fit": ["--params", "training.lr"]}      # --curve is added below
+
+
+def test_sweep_runs_the_committee(tmp_path, capsys):
+    """`sweep` over (η, σ): one vmapped ODE per point, each point's risk equal to a separate
+    `ode` run of the same config (the same exact field and integrator)."""
+    from dynamics.ode import run_ode
+
+    config = _config(tmp_path)
+    out = tmp_path / "sw"
+    assert main(["sweep", str(config), "--grid", "training.lr=0.25,0.5", "--grid",
+                 "model.noise=0,0.2", "--out", str(out), "--json"]) == 0
+    summary = _strict(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["shape"] == [2, 2] and summary["status"] == ["ok"] * 4
+    with np.load(out / "sweep.npz") as z:
+        assert z["Q"].shape == (4, 6, 2, 2) and z["R"].shape == (4, 6, 2, 2)
+        risk = z["risk"]
+    cfg = load_config(config, ["training.lr=0.5", "model.noise=0.2"])
+    np.testing.assert_allclose(risk[3], run_ode(cfg).risk, rtol=1e-6)
 
 
 def test_compare_runs_the_committee(tmp_path, capsys):

@@ -14,11 +14,12 @@ from jaxtyping import Array, Bool, Float, Key
 from .._errors import HeadflowError
 from .._steps import StepSizes
 from ..config import Config
-from ..expectations import AbstractExpectation, AbstractNodes, MonteCarlo
+from ..expectations import AbstractExpectation, AbstractNodes, MonteCarlo, get_expectation
 from ..fields import model_nodes, sample_fields
 from ..models import AbstractModel, GramState, sample_increment
 from ..ode import BLOWUP, model_field, risk_rule, states_risk, traced_values
 from ._diffusion import centred_factor, gram_of, symmetric_sqrt
+from ._run import drift_samples
 from ._solve import OverlapSDE, get_sde_solver, step_grid
 
 
@@ -93,12 +94,15 @@ class ModelDiffusion(eqx.Module):
 
 
 def build_model_sde(cfg: Config, dim: int, model: AbstractModel | None = None) -> OverlapSDE:
-    """A model's SDE at dimension `dim`: the drift of its ODE (`[ode]`: closed forms or nodes)
-    and the diffusion on `[sde] samples_noise` Monte Carlo nodes of all fields."""
+    """A model's SDE at dimension `dim`: the drift of its ODE (`[ode]`: closed forms, or
+    [`dynamics.sde.drift_samples`][] nodes) and the diffusion on `[sde] samples_noise` Monte
+    Carlo nodes of all fields."""
     model = cfg.build_model() if model is None else model
     mt = traced_values(model)
     steps = traced_values(StepSizes.from_config(cfg.training))
-    drift = model_field(cfg, model)
+    drift = model_field(cfg, model, get_expectation(cfg.ode.expectation, drift_samples(cfg),
+                                                    seed=cfg.ode.seed)
+                        if cfg.ode.expectation != "exact" else None)
     diffusion = ModelDiffusion.build(mt, steps, MonteCarlo(samples=cfg.sde.samples_noise,
                                                            seed=cfg.ode.seed))
     return OverlapSDE(drift=drift, diffusion=diffusion,
@@ -147,6 +151,7 @@ def run_model_sde(cfg: Config, *, dim: int | None, paths: int | None, progress: 
     info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,
             "drift": cfg.ode.expectation, "samples_noise": cfg.sde.samples_noise,
+            **({} if cfg.ode.expectation == "exact" else {"samples_drift": drift_samples(cfg)}),
             "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
             "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
     return SDEResult(t=jnp.asarray(times), overlaps=states, risk=jnp.asarray(risk),

@@ -12,9 +12,8 @@ from .._rundir import run_dir
 from ..experiments.phase_diagram import class_names, classify
 from ..experiments.sweep import STATUS, parse_grid, run_sweep
 from ..plots.phases import plot_phase_diagram, plot_sweep
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
-                      positive_int, replace_out, show_progress)
-from ._common import require_attention
+from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
+                      positive_float, positive_int, replace_out, show_progress)
 
 
 EXAMPLE = ("headflow sweep validation/configs/escape.toml --grid training.lr=0.5,1 "
@@ -47,7 +46,6 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
-    require_attention(cfg, "sweep")
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
     if args.check:
@@ -81,7 +79,7 @@ def run(args) -> dict:
                 cls = classes.reshape(shape).reshape(len(v1), len(v2), -1)[..., 0]
                 esc = escape.reshape(shape).reshape(len(v1), len(v2), -1)[..., 0]
                 plot_phase_diagram(rd.path("phase_diagram.png"), k1, v1, k2, v2, cls, esc,
-                                   title=f"{cfg.model.H} {cfg.model.activation} heads, D = "
+                                   title=f"{describe_model(cfg)}, D = "
                                    f"{cfg.sim.dim}, phase at t = {cfg.training.t_max:g}")
     counts = {name: class_names(classes).count(name) for name in sorted(set(class_names(classes)))}
     print(f"sweep: {len(points)} points; phases {counts}")

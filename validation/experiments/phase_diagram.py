@@ -44,7 +44,8 @@ def classify(result: SweepResult, threshold: float = ESCAPE_THRESHOLD
     escape = np.full(P, np.nan)
     t = result.t
     for i in range(P):
-        m, q = result.arrays["m"][i], result.arrays["q"][i]
+        a_name, g_name = result.layout.alignment
+        m, q = result.arrays[a_name][i], result.arrays[g_name][i]
         blown = (result.null_risk is not None
                  and not result.risk[i, -1] <= DIVERGE_RISK * result.null_risk[i])
         if result.status[i] == STATUS.index("max_steps"):

@@ -21,11 +21,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import (ORDER_PARAMETERS, Config, ConfigError, StepSizes, check_stop,
-                      population_risk, risk_nodes)
+from dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
+                      check_stop, population_risk, risk_nodes)
 from dynamics.config import parse_value
-from dynamics.fields import key_nodes
-from dynamics.ode import BlowUp, Integrator, backend_of, field_class, initial_state, solve
+from dynamics.fields import ExactField, ModelField, key_nodes, model_nodes
+from dynamics.models import model_risk
+from dynamics.ode import (BlowUp, Integrator, backend_of, field_class, initial_state,
+                          model_arrays, model_start, risk_rule, solve)
 from dynamics.sharding import gather, per_device, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
@@ -80,6 +82,7 @@ class SweepResult:
     risk: np.ndarray
     arrays: dict[str, np.ndarray]
     null_risk: np.ndarray | None = None
+    layout: Layout = ATTENTION
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -111,8 +114,13 @@ def _structure_key(cfg: Config, model, steps):
             o.seed, o.solver, o.rtol, o.atol, o.max_steps, o.form, o.rhs, o.sgd_noise)
 
 
+def _manifold_risk(model, ov, nodes):
+    return population_risk(model, ov, nodes, manifold=True)
+
+
 @eqx.filter_jit
-def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise, field_cls):
+def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noise, field_cls,
+                 risk_fn=_manifold_risk):
     batch = per_device(jax.tree.leaves(ov0s)[0].shape[0])
 
     def one(model, step_sizes, ov0):
@@ -123,11 +131,12 @@ def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noi
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
                                    jnp.where(sol.result == dfx.RESULTS.max_steps_reached, 2, 3)))
         ys = sol.ys
-        finite = jnp.all(jnp.isfinite(ys.q), axis=(-1, -2))
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
+                                    for x in jax.tree.leaves(ys)]), axis=0)
 
         def risk_at(o, ok):
             safe = jax.tree.map(lambda x, x0: jnp.where(ok, x, x0), o, ov0)
-            r, _ = population_risk(model, safe, risk_nodes, manifold=True)
+            r, _ = risk_fn(model, safe, risk_nodes)
             return jnp.where(ok, r, jnp.nan)
 
         risk = jax.lax.map(lambda a: risk_at(*a), (ys, finite), batch_size=16)
@@ -147,22 +156,18 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
 
     **Returns:** a [`SweepResult`][].
     """
+    if cfg.model_kind != "attention":
+        return _run_model_sweep(cfg, axes, max_steps=max_steps, diverge_at=diverge_at)
     if cfg.ode.form != "manifold":
         raise ConfigError("sweep integrates the manifold ODE (ode.form = 'manifold')")
-    keys = [k for k, _ in axes]
-    points = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
-    cfgs = [cfg.replace(**p) for p in points]
-    groups: dict = {}
-    built = []
+    points, cfgs = _grid_configs(cfg, axes)
     shapes = {(c.model.H, c.model.F) for c in cfgs}
     if len(shapes) > 1:
         raise ConfigError("sweep: grid keys that change the number of heads or directions "
                           "(model.H, model.F) cannot be stored together; sweep them in "
                           "separate runs")
-    ts_all = {tuple(c.save_times().tolist()) for c in cfgs}
-    if len(ts_all) > 1:
-        raise ConfigError("sweep: training.t_max and [output] must be the same at every grid "
-                          "point (one common time grid)")
+    groups: dict = {}
+    built = []
     for i, c in enumerate(cfgs):
         model = c.build_model()
         step_sizes = StepSizes.from_config(c.training)
@@ -203,3 +208,62 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     null = np.array([c.model.noise**2 + c.model.rho for c in cfgs])
     return SweepResult(axes=axes, overrides=points, t=ts, status=status, risk=risk,
                        arrays=arrays, null_risk=null)
+
+
+def _grid_configs(cfg: Config, axes: list[tuple[str, list]]) -> tuple[list[dict], list[Config]]:
+    """The grid points (row-major) and their configs, on one common time grid."""
+    keys = [k for k, _ in axes]
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    cfgs = [cfg.replace(**p) for p in points]
+    if len({tuple(c.save_times().tolist()) for c in cfgs}) > 1:
+        raise ConfigError("sweep: training.t_max and [output] must be the same at every grid "
+                          "point (one common time grid)")
+    return points, cfgs
+
+
+def _run_model_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | None,
+                     diverge_at: float) -> SweepResult:
+    """[`run_sweep`][] for a model of the family (`docs/models.md`): the ODE of `[ode]`
+    (closed forms or nodes) from `[ode] init` at every grid point, vmapped over the points that
+    share the model's structure."""
+    points, cfgs = _grid_configs(cfg, axes)
+    if len({c.build_model().n_rows for c in cfgs}) > 1 or len(
+            {tuple(c.build_model().limit_state().params) for c in cfgs}) > 1:
+        raise ConfigError("sweep: grid keys that change the model's size (model.K, model.M) "
+                          "cannot be stored together; sweep them in separate runs")
+    groups: dict = {}
+    built = []
+    for i, c in enumerate(cfgs):
+        model = c.build_model()
+        step_sizes = StepSizes.from_config(c.training)
+        start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model_start(c, model))
+        built.append((model, step_sizes, start))
+        groups.setdefault(_structure_key(c, model, step_sizes), []).append(i)
+    ts = np.asarray(cfgs[0].save_times())
+    status = np.zeros(len(points), dtype=np.int64)
+    risk = np.full((len(points), len(ts)), np.nan)
+    arrays: dict[str, np.ndarray] = {}
+    for members in groups.values():
+        check_stop()
+        c0 = cfgs[members[0]]
+        model0 = c0.build_model()
+        models, steps, starts = shard_batch(
+            tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
+            len(members))
+        exact = c0.ode.expectation == "exact"
+        nodes = None if exact else model_nodes(model0, backend_of(c0))
+        integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
+                                            **({"max_steps": max_steps} if max_steps else {}))
+        ys, code, r = _solve_group(models, steps, starts, nodes, jnp.asarray(ts), integrator,
+                                   risk_rule(c0).nodes(model0.n_rows), c0.ode.sgd_noise,
+                                   ExactField if exact else ModelField, model_risk)
+        check_stop()
+        ys, code, r = gather((ys, code, r), len(members))
+        status[members] = np.asarray(code)
+        risk[members] = np.asarray(r)
+        for name, v in model_arrays(model0, ys).items():
+            if name not in arrays:
+                arrays[name] = np.full((len(points),) + v.shape[1:], np.nan)
+            arrays[name][members] = v
+    return SweepResult(axes=axes, overrides=points, t=ts, status=status, risk=risk,
+                       arrays=arrays, null_risk=None, layout=model0.layout)
