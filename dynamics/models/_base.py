@@ -133,6 +133,14 @@ class AbstractModel(eqx.Module):
     def limit_state(self) -> GramState:
         """The D → ∞ limit of [`init_weights`][]'s order parameters (a symmetric start)."""
 
+    def hyperparameters(self, training: Any, steps: Any) -> tuple:
+        """The differentiable hyperparameters: `(config key, "model" | "steps", selector)`
+        triples, the selector picking the leaf (or a tuple of leaves set together) in the model
+        or in the step sizes `steps` (`eqx.tree_at` style); `training` is the config's
+        `[training]` section. Default: none."""
+        del training, steps
+        return ()
+
     def readout(self, params: Mapping[str, Array]) -> Readout | None:
         """The readout structure, or None when the model has none (no exact backend)."""
         del params

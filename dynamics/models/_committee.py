@@ -161,6 +161,26 @@ class Committee(AbstractModel):
     def target(self, params: Mapping[str, Array], lam_star: Float[Array, " M"]) -> Scalar:
         return jnp.sum(params["A"] * self.unit(lam_star))
 
+    def hyperparameters(self, training: Any, steps: Any) -> tuple:
+        """`training.lr` (η; also η_v when `lr_second` is not set), `training.lr_second`,
+        `training.weight_decay`, `training.lr_schedule` (its knot values, when the config
+        sets one; it then replaces `training.lr`), `model.noise`, `training.init_first_std`,
+        `training.init_second`."""
+        out: list[tuple] = []
+        if steps.lr_schedule is not None:
+            out.append(("training.lr_schedule", "steps", lambda s: s.lr_schedule.values))
+        elif training.lr_second is None:
+            out.append(("training.lr", "steps", lambda s: (s.lr, s.lr_bias)))
+        else:
+            out.append(("training.lr", "steps", lambda s: s.lr))
+        if training.lr_second is not None:
+            out.append(("training.lr_second", "steps", lambda s: s.lr_bias))
+        out += [("training.weight_decay", "steps", lambda s: s.weight_decay),
+                ("model.noise", "model", lambda m: m.sigma),
+                ("training.init_first_std", "model", lambda m: m.init_first_std),
+                ("training.init_second", "model", lambda m: m.init_second)]
+        return tuple(out)
+
     def readout(self, params: Mapping[str, Array]) -> Readout:
         return Readout(student=params["v"], teacher=params["A"], unit=self.unit, param="v")
 

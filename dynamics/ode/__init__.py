@@ -40,3 +40,6 @@ from ._models import model_field as model_field
 from ._models import model_start as model_start
 from ._models import risk_rule as risk_rule
 from ._models import states_risk as states_risk
+from ._models import ModelCurve as ModelCurve
+from ._models import curve_from_config as curve_from_config
+from ._models import differentiable_keys as differentiable_keys

@@ -74,3 +74,132 @@ def model_arrays(model: AbstractModel, state: GramState) -> dict[str, Any]:
 
 def as_float64(state: GramState) -> GramState:
     return jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), state)
+
+
+class ModelCurve(eqx.Module):
+    """The risk on the save grid of a model of the family as a pure, differentiable function of
+    its hyperparameters (the counterpart of [`LearningCurve`][] for `docs/models.md`):
+    `curve(params)` with `params` a dict keyed by the config keys the model declares
+    ([`dynamics.models.AbstractModel.hyperparameters`][]; the config's values for the others).
+    Each key enters the model or the step sizes through its selector (`eqx.tree_at`).
+
+    Fixed at construction: the vector field (closed forms or nodes), the risk's nodes where it
+    has no closed form, the random start's key at `[sim] dim` (its scales follow `params`), the
+    integrator and the adjoint."""
+
+    field: AbstractField
+    nodes: Any
+    ts: Array
+    integrator: Any
+    adjoint: Any
+    key: Array
+    base: dict[str, Array]
+    selectors: tuple = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    init: str = eqx.field(static=True)
+
+    @classmethod
+    def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
+                    checkpoints: int | None = 4096, times=None) -> ModelCurve:
+        from ._curve import adjoint_of
+        from ._integrate import Integrator
+
+        model = cfg.build_model()
+        field = model_field(cfg, model)
+        integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+        if adjoint == "backsolve":
+            integrator = integrator.replace(blowup=None)
+        if checkpoints is not None:
+            checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
+        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+        selectors = tuple(model.hyperparameters(cfg.training, field.steps))
+        base = {k: jnp.asarray(_get(field, target, sel), jnp.float64)
+                for k, target, sel in selectors}
+        return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=jnp.asarray(ts),
+                   integrator=integrator, adjoint=adjoint_of(adjoint, checkpoints),
+                   key=jr.key(cfg.sim.seed), base=base, selectors=selectors,
+                   dim=int(cfg.sim.dim), init=cfg.ode.init)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The differentiable parameters."""
+        return tuple(k for k, _, _ in self.selectors)
+
+    def defaults(self) -> dict[str, Array]:
+        """The config's value of every differentiable parameter."""
+        return dict(self.base)
+
+    def field_and_start(self, params) -> tuple[AbstractField, GramState]:
+        """The vector field and the start with `params` substituted."""
+        from .._errors import ConfigError
+
+        unknown = sorted(set(params) - set(self.base))
+        if unknown:
+            raise ConfigError(f"learning curve: unknown parameter(s) {', '.join(unknown)}; "
+                              f"differentiable ones: {', '.join(self.keys)}")
+        field = self.field
+        for k, target, sel in self.selectors:
+            if k in params:
+                value = jnp.asarray(params[k], jnp.float64)
+                field = _set(field, target, sel, value)
+        model = field.model
+        start = (model.limit_state() if self.init == "symmetric"
+                 else model.initial_state(self.key, self.dim))
+        return field, as_float64(start)
+
+    def __call__(self, params) -> Array:
+        """`ε_g` at `ts`; NaN everywhere when the solve failed."""
+        import diffrax as dfx
+
+        from ._integrate import solve
+
+        field, start = self.field_and_start(params)
+        sol = solve(dfx.ODETerm(field), start, self.ts, self.integrator, adjoint=self.adjoint)
+        ok = sol.result == dfx.RESULTS.successful
+        risk = jax.lax.map(lambda s: model_risk(field.model, s, self.nodes)[0], sol.ys,
+                           batch_size=8)
+        return jnp.where(ok, risk, jnp.nan)
+
+
+def _node(field: AbstractField, target: str):
+    return (lambda f: f.model) if target == "model" else (lambda f: f.steps)
+
+
+def _get(field: AbstractField, target: str, sel):
+    got = sel(_node(field, target)(field))
+    return got[0] if isinstance(got, tuple) else got
+
+
+def _set(field: AbstractField, target: str, sel, value) -> AbstractField:
+    """`field` with the leaf (or leaves: a tuple) that `sel` picks in its model or step sizes
+    replaced by `value`."""
+    where = _node(field, target)
+
+    def pick(f):
+        got = sel(where(f))
+        return got if isinstance(got, tuple) else (got,)
+
+    n = len(pick(field))
+    return eqx.tree_at(pick, field, (value,) * n)
+
+
+def curve_from_config(cfg: Config, **options: Any) -> Any:
+    """The differentiable learning curve of a config: [`LearningCurve`][] for the attention
+    model, [`ModelCurve`][] for a model of the family (`options`: `adjoint`, `checkpoints`,
+    `times`)."""
+    if cfg.model_kind == "attention":
+        from ._curve import LearningCurve
+
+        return LearningCurve.from_config(cfg, **options)
+    return ModelCurve.from_config(cfg, **options)
+
+
+def differentiable_keys(cfg: Config) -> tuple[str, ...]:
+    """The parameters the config's learning curve differentiates through
+    ([`dynamics.ode.PARAMS`][] for the attention model; a model's own keys otherwise)."""
+    if cfg.model_kind == "attention":
+        from ._curve import PARAMS
+
+        return PARAMS
+    steps = StepSizes.from_config(cfg.training)
+    return tuple(k for k, _, _ in cfg.build_model().hyperparameters(cfg.training, steps))

@@ -266,7 +266,7 @@ def require_attention(cfg: Config, command: str, reason: str | None = None) -> N
         raise ConfigError(f"{command} does not apply to model.kind = "
                           f"{cfg.model_kind!r}: {reason}")
     raise ConfigError(f"{command} is not available for model.kind = "
-                      f"{cfg.model_kind!r} yet; for it use sgd, ode, sde and compare "
+                      f"{cfg.model_kind!r} yet; for it use sgd, ode, sde, compare and sweep "
                       "(docs/committee.md)")
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from dynamics import HeadflowError
+from dynamics.ode import differentiable_keys
 
 from .._json import write as write_json
 from .._rundir import run_dir
 from ..experiments.fit import MODELS, check_names, fit_curve
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
                       replace_out)
-from ._common import require_attention
 
 EXAMPLE = ("headflow fit validation/configs/demo.toml --curve runs/sgd-XXXX/sgd.npz "
            "--params training.lr,model.noise")
@@ -78,8 +78,7 @@ def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def run(args) -> dict:
     cfg = config_from_args(args)
-    require_attention(cfg, "fit")
-    check_names(args.params)
+    check_names(args.params, differentiable_keys(cfg))
     t, risk = read_curve(args.curve)
     if args.paths is not None and args.model != "sde":
         raise HeadflowError("--paths: only with --model sde")

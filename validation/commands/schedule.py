@@ -16,7 +16,6 @@ from ..experiments.schedule import design_schedule
 from ..plots.schedule import plot_schedule
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
                       positive_int, replace_out, show_progress)
-from ._common import require_attention
 
 EXAMPLE = "headflow schedule validation/configs/demo.toml --budget 100 --knots 6"
 """Shown at the end of `--help`."""
@@ -63,7 +62,6 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args, budget="training.t_max", dim="sim.dim", seeds="sim.seeds")
-    require_attention(cfg, "schedule")
     if args.knots < 2:
         raise HeadflowError(f"--knots {args.knots}: need at least 2 knots")
     extra = f"budget={args.budget} knots={args.knots} steps={args.steps} " \

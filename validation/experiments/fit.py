@@ -13,7 +13,8 @@ import numpy as np
 import optimistix as optx
 
 from dynamics import Config, ConfigError, HeadflowError
-from dynamics.ode import PARAMS, LearningCurve
+from dynamics.ode import (PARAMS, LearningCurve, ModelCurve, curve_from_config,
+                          differentiable_keys)
 from dynamics.sde import SDECurve
 
 MODELS = ("ode", "sde")
@@ -44,7 +45,8 @@ class Fit:
         return float(np.sqrt(self.rss / len(self.t)))
 
 
-def jacobian_and_curve(y: dict, curve: LearningCurve | SDECurve) -> tuple[dict, jax.Array]:
+def jacobian_and_curve(y: dict, curve: LearningCurve | ModelCurve | SDECurve
+                       ) -> tuple[dict, jax.Array]:
     """`(∂ curve/∂ y, curve(y))`: the Jacobian in forward mode (one tangent solve per parameter
     of `y`; the curve must be built with the `"forward"` adjoint), leaves `(T,)` per name."""
     def twice(y):
@@ -54,7 +56,7 @@ def jacobian_and_curve(y: dict, curve: LearningCurve | SDECurve) -> tuple[dict, 
 
 
 @eqx.filter_custom_jvp
-def materialized(y: dict, curve: LearningCurve | SDECurve) -> jax.Array:
+def materialized(y: dict, curve: LearningCurve | ModelCurve | SDECurve) -> jax.Array:
     """`curve(y)`, whose JVP first forms the Jacobian ([`jacobian_and_curve`][]) and then
     applies it to the tangent. A linearization (`jax.linearize`, which optimistix's
     Levenberg–Marquardt takes of the residuals) then keeps the `(T, p)` Jacobian and nothing
@@ -75,13 +77,14 @@ def _materialized_jvp(primals, tangents):
     return out, t_out
 
 
-def check_names(names: Sequence[str]) -> list[str]:
-    """The parameter names, checked: scalar keys of [`dynamics.ode.PARAMS`][] (one-line
-    [`dynamics.ConfigError`][] otherwise)."""
+def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[str]:
+    """The parameter names, checked: scalar keys of `params` (the differentiable parameters:
+    [`dynamics.ode.PARAMS`][] for the attention model, a model's own keys otherwise;
+    one-line [`dynamics.ConfigError`][] otherwise)."""
     names = list(names)
-    bad = [n for n in names if n not in PARAMS or "schedule" in n]
+    bad = [n for n in names if n not in params or "schedule" in n]
     if bad or not names or len(set(names)) != len(names):
-        scalar = [p for p in PARAMS if "schedule" not in p]
+        scalar = [p for p in params if "schedule" not in p]
         raise ConfigError(f"--params {','.join(bad or names)}: choose distinct keys among "
                           f"{', '.join(scalar)}")
     return names
@@ -98,9 +101,12 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     the residuals, `Cov θ = s² (JᵀJ)⁻¹`, `s² = RSS/(n − p)`: the usual least-squares errors,
     which treat the residuals as independent with a common variance.
     """
-    names = check_names(names)
     if model not in MODELS:
         raise ConfigError(f"--model {model}: choose one of {', '.join(MODELS)}")
+    if model == "sde" and cfg.model_kind != "attention":
+        raise ConfigError(f"--model sde is not available for model.kind = {cfg.model_kind!r} "
+                          "yet; use --model ode")
+    names = check_names(names, differentiable_keys(cfg))
     t = np.asarray(t, dtype=np.float64)
     risk = np.asarray(risk, dtype=np.float64)
     if t.ndim != 1 or risk.shape != t.shape or len(t) < len(names) + 1:
@@ -112,11 +118,11 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     grid = t if t[0] == 0 else np.concatenate([[0.0], t])
     skip = len(grid) - len(t)
     cfg = cfg.replace(**{"training.t_max": float(t[-1])})
-    curve: LearningCurve | SDECurve
+    curve: LearningCurve | ModelCurve | SDECurve
     if model == "sde":
         curve = SDECurve.from_config(cfg, times=grid, paths=paths, adjoint="forward")
     else:
-        curve = LearningCurve.from_config(cfg, times=grid, adjoint="forward")
+        curve = curve_from_config(cfg, times=grid, adjoint="forward")
 
     def strong(values):
         # strong-typed leaves: the start and the solver's answer share one compiled program

@@ -16,7 +16,7 @@ import optax
 from scipy.optimize import minimize_scalar
 
 from dynamics import Config, HeadflowError, Schedule, check_stop
-from dynamics.ode import LearningCurve, final_risk
+from dynamics.ode import curve_from_config, final_risk
 from sims import run_sgd
 
 
@@ -98,7 +98,7 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
     lo, hi = lr_range if lr_range is not None else (lr0 / 100.0, 4.0 * lr0)
 
     # -- 1. best constant η ---------------------------------------------------------------------
-    curve = LearningCurve.from_config(design)
+    curve = curve_from_config(design)
     risk_of = eqx.filter_jit(lambda c, p: final_risk(c(p)))
     search: list[tuple[float, float]] = []
     penalty: list[float] = []
@@ -127,7 +127,7 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
     times = tuple(float(f"{t:.12g}") for t in np.geomspace(budget / 100.0, budget, knots))
     table = {"kind": "log", "times": list(times), "values": [lr_best] * knots}
     sched_cfg = _with(design, **{"training.lr_schedule": table})
-    scurve = LearningCurve.from_config(sched_cfg)
+    scurve = curve_from_config(sched_cfg)
     loss_and_grad = eqx.filter_jit(lambda c, u: jax.value_and_grad(
         lambda u: final_risk(c({"training.lr_schedule": jnp.exp(u)})))(u))
     opt = optax.adam(learning_rate)
@@ -158,8 +158,8 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
     # -- 3. both at the config's nodes, and in SGD -----------------------------------------------
     const_cfg = _with(base, **{"training.lr": lr_best})
     final_sched_cfg = _with(base, **{"training.lr_schedule": schedule.to_table()})
-    ode_c = np.asarray(LearningCurve.from_config(const_cfg)({}))
-    ode_s = np.asarray(LearningCurve.from_config(final_sched_cfg)({}))
+    ode_c = np.asarray(curve_from_config(const_cfg)({}))
+    ode_s = np.asarray(curve_from_config(final_sched_cfg)({}))
     log(f"ODE risk at T = {budget:g}: constant η = {lr_best:.4g}: {ode_c[-1]:.6g}; "
         f"schedule: {ode_s[-1]:.6g}")
     sgd_c = run_sgd(const_cfg, dim=dim, seeds=seeds, progress=progress)
