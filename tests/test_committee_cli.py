@@ -186,8 +186,7 @@ def test_committee_runs(tmp_path, capsys, name):
 # -- commands that do not take the committee ----------------------------------------------------
 
 DOES_NOT_APPLY = {"activations": [], "prune": [], "bayes": []}
-NOT_YET = {"phases": [], "escape": [], "scaling": [], "schedule": ["--budget", "10"],
-           "fit": ["--params", "training.lr"]}      # --curve is added below
+NOT_YET = {"phases": [], "escape": [], "scaling": []}
 
 
 def test_sweep_runs_the_committee(tmp_path, capsys):
@@ -231,10 +230,6 @@ def test_compare_runs_the_committee(tmp_path, capsys):
 def test_attention_commands_refuse_the_committee(tmp_path, capsys, command):
     config = _config(tmp_path)
     extra = {**DOES_NOT_APPLY, **NOT_YET}[command]
-    if command == "fit":
-        curve = tmp_path / "curve.npz"
-        np.savez(curve, t=np.linspace(0, 5, 6), risk=np.linspace(0.6, 0.1, 6))
-        extra = [*extra, "--curve", str(curve)]
     out = tmp_path / "fresh" / "out"
     assert main([command, str(config), *extra, "--out", str(out), "--json"]) == 2
     if command in DOES_NOT_APPLY:

@@ -265,9 +265,9 @@ def require_attention(cfg: Config, command: str, reason: str | None = None) -> N
     if reason is not None:
         raise ConfigError(f"{command} does not apply to model.kind = "
                           f"{cfg.model_kind!r}: {reason}")
-    raise ConfigError(f"{command} is not available for model.kind = "
-                      f"{cfg.model_kind!r} yet; for it use sgd, ode, sde, compare and sweep "
-                      "(docs/committee.md)")
+    raise ConfigError(f"{command} is not available for model.kind = {cfg.model_kind!r} yet; "
+                      "for it use sgd, ode, sde, compare, sweep, schedule and fit "
+                      "(docs/models.md)")
 
 
 def describe_model(cfg: Config) -> str:
