@@ -311,6 +311,11 @@ class Config:
                                  if hasattr(self.model, "activation") else "")
                               + " has no closed-form Gaussian integrals for the drift; choose "
                               "'mc', 'qmc' or 'quadrature'")
+        S, P = model.n_students, model.n_rows
+        if self.ode.expectation == "exact":     # the four-point integrals of every quadruple
+            check_memory(f"{S} student and {P - S} teacher units with ode.expectation = "
+                         "'exact' (the closed-form drift's four-point integrals)",
+                         8.0 * 16 * S * S * P * P * 3)
         need = model.n_rows + self.training.batch + 1
         if self.sim.space == "overlaps" and self.sim.dim < need:
             raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
@@ -400,6 +405,14 @@ class Config:
                          if getattr(sec, f.name) is not None}
             if name == "model" and self.model_kind == "attention":
                 del out[name]["kind"]       # the default kind, kept out of attention configs
+        if self.model_kind != "attention":
+            from .fields import has_exact_field
+
+            if self.ode.expectation == ("exact" if has_exact_field(self.build_model())
+                                        else "qmc"):
+                # a computed default stays computed: a copy with another activation gets its
+                # own (config.toml then leaves it out, and reads back the same)
+                del out["ode"]["expectation"]
         return out
 
     def to_toml(self) -> str:

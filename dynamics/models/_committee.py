@@ -65,7 +65,7 @@ class CommitteeTraining:
     """`[training]` of `kind = "committee"`."""
 
     lr: float = 1.0
-    lr_second: float | None = None      # η_v; default lr
+    lr_second: float | None = None      # η_v; default lr (and lr_schedule, when set)
     weight_decay: float = 0.0
     batch: int = 1
     init_first_std: float = 1.0         # first-layer weights N(0, s²)
@@ -94,6 +94,11 @@ class CommitteeTraining:
     def lr_bias(self) -> float:
         """The step size of the scalar parameters, `η_v` (`StepSizes.lr_bias`)."""
         return self.lr if self.lr_second is None else self.lr_second
+
+    @property
+    def lr_bias_schedule(self) -> dict | None:
+        """`η_v(t)`: the schedule of `lr` when `lr_second` is not set (η_v follows η)."""
+        return self.lr_schedule if self.lr_second is None else None
 
 
 @register_model
@@ -167,7 +172,10 @@ class Committee(AbstractModel):
         sets one; it then replaces `training.lr`), `model.noise`, `training.init_first_std`,
         `training.init_second`."""
         out: list[tuple] = []
-        if steps.lr_schedule is not None:
+        if steps.lr_schedule is not None and training.lr_second is None:
+            out.append(("training.lr_schedule", "steps",
+                        lambda s: (s.lr_schedule.values, s.lr_bias_schedule.values)))
+        elif steps.lr_schedule is not None:
             out.append(("training.lr_schedule", "steps", lambda s: s.lr_schedule.values))
         elif training.lr_second is None:
             out.append(("training.lr", "steps", lambda s: (s.lr, s.lr_bias)))

@@ -22,17 +22,20 @@ from ._integrate import traced_values
 
 
 def model_field(cfg: Config, model: AbstractModel | None = None,
-                backend: AbstractExpectation | None = None) -> AbstractField:
+                backend: AbstractExpectation | None = None, *,
+                sgd_noise: bool | None = None) -> AbstractField:
     """The drift of a model's config: closed forms (`ode.expectation = "exact"`) or the
-    autodiff field on `backend`'s nodes (default: those of `[ode]`)."""
+    autodiff field on `backend`'s nodes (default: those of `[ode]`); the `η²` terms as
+    `sgd_noise` says (default `[ode] sgd_noise`)."""
     from ._run import backend_of
 
     model = cfg.build_model() if model is None else model
     steps = traced_values(StepSizes.from_config(cfg.training))
+    noise = cfg.ode.sgd_noise if sgd_noise is None else sgd_noise
     if cfg.ode.expectation == "exact":
-        return ExactField.build(traced_values(model), steps, sgd_noise=cfg.ode.sgd_noise)
+        return ExactField.build(traced_values(model), steps, sgd_noise=noise)
     backend = backend_of(cfg) if backend is None else backend
-    return ModelField.build(traced_values(model), steps, backend, sgd_noise=cfg.ode.sgd_noise)
+    return ModelField.build(traced_values(model), steps, backend, sgd_noise=noise)
 
 
 def model_start(cfg: Config, model: AbstractModel | None = None,
@@ -101,9 +104,11 @@ class ModelCurve(eqx.Module):
     @classmethod
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
                     checkpoints: int | None = 4096, times=None) -> ModelCurve:
+        from .._errors import require_x64
         from ._curve import adjoint_of
         from ._integrate import Integrator
 
+        require_x64("the differentiable learning curve")
         model = cfg.build_model()
         field = model_field(cfg, model)
         integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)

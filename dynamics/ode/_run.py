@@ -231,7 +231,7 @@ def _run_model_ode(cfg: Config, state0, times, *, progress: bool) -> ODEResult:
     every = max(1, (len(times) - 1) // 8)
     measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
     accuracy = {"expectation": cfg.ode.expectation,
-                "samples": None if cfg.ode.expectation == "exact" else int(cfg.ode.samples),
+                "samples": None if cfg.ode.expectation == "exact" else int(field.nodes.size),
                 "relative_error_max": float(measured.max()),
                 "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),

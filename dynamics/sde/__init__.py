@@ -24,3 +24,4 @@ from ._solve import step_grid as step_grid
 from ._solve import DriftHeun as DriftHeun
 from ._models import ModelDiffusion as ModelDiffusion
 from ._models import build_model_sde as build_model_sde
+from ._diffusion import AbstractDiffusion as AbstractDiffusion

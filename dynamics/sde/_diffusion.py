@@ -3,6 +3,8 @@ same per-sample increments (`docs/sde.md#the-diffusion-matrix`)."""
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -104,7 +106,53 @@ def symmetric_sqrt(S: Float[Array, "p p"]) -> Float[Array, "p p"]:
     return (vec * jnp.sqrt(jnp.clip(lam, 0.0))[None, :]) @ vec.T
 
 
-class Diffusion(eqx.Module):
+class AbstractDiffusion(eqx.Module):
+    """What the SDE needs of a diffusion: a factor `B (p × k)` with `B Bᵀ = Σ` at a state, the
+    step sizes (a schedule evaluated by [`at`][]), and the SDE's coordinates of a state
+    (`flatten`, `unflatten`) with the Brownian dimension `control_size`. The matrix and its
+    symmetric square root are written once, here."""
+
+    steps: eqx.AbstractVar[StepSizes]
+
+    @abc.abstractmethod
+    def factor(self, state) -> Float[Array, "p k"]:
+        """`B` with `B Bᵀ = Σ` at `state`."""
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """`p`, the SDE's coordinates."""
+
+    @property
+    @abc.abstractmethod
+    def control_size(self) -> int:
+        """`k`, the columns of [`factor`][] (the Brownian dimension)."""
+
+    @abc.abstractmethod
+    def flatten(self, state) -> Float[Array, " p"]:
+        """The SDE's coordinates of a state (or of an increment of it)."""
+
+    @abc.abstractmethod
+    def unflatten(self, y: Float[Array, " p"]):
+        """The state of the SDE's coordinates."""
+
+    def at(self, t):
+        """The diffusion with its step sizes at time `t` (a learning-rate schedule evaluated
+        there, [`dynamics.StepSizes.at`][]); `self` when nothing is scheduled."""
+        if not self.steps.scheduled:
+            return self
+        return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))
+
+    def matrix(self, state) -> Float[Array, "p p"]:
+        """`Σ = B Bᵀ`, symmetric PSD by construction."""
+        return gram_of(self.factor(state))
+
+    def sqrt_factor(self, state) -> Float[Array, "p p"]:
+        """The symmetric square root `Σ^{1/2}` (`eigh`): the alternative factor."""
+        return symmetric_sqrt(self.matrix(state))
+
+
+class Diffusion(AbstractDiffusion):
     """The diffusion of the overlaps' SDE, from the per-sample increments at fixed nodes of all
     fields (common random numbers, so it is a smooth function of the state).
 
@@ -131,13 +179,6 @@ class Diffusion(eqx.Module):
         exactly equivariant under permutations of the heads)."""
         return cls(model=model, steps=steps,
                    nodes=full_nodes(model, backend, max_group=max_group), sgd_noise=sgd_noise)
-
-    def at(self, t) -> Diffusion:
-        """The diffusion with its step sizes at time `t` (a learning-rate schedule evaluated
-        there, [`dynamics.StepSizes.at`][]); `self` when nothing is scheduled."""
-        if not self.steps.scheduled:
-            return self
-        return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))
 
     @property
     def size(self) -> int:
@@ -166,11 +207,6 @@ class Diffusion(eqx.Module):
         U, w = self.increments(ov)
         return centred_factor(U, w) / jnp.sqrt(float(self.steps.batch))
 
-    def matrix(self, ov: Overlaps) -> Float[Array, "p p"]:
-        return gram_of(self.factor(ov))
-
-    def sqrt_factor(self, ov: Overlaps) -> Float[Array, "p p"]:
-        return symmetric_sqrt(self.matrix(ov))
 
     def drift(self, ov: Overlaps) -> Float[Array, " p"]:
         """The mean of the same increments (the sampled drift, `SampledFullField` flattened)."""

@@ -18,12 +18,12 @@ from ..expectations import AbstractExpectation, AbstractNodes, MonteCarlo, get_e
 from ..fields import model_nodes, sample_fields
 from ..models import AbstractModel, GramState, sample_increment
 from ..ode import BLOWUP, model_field, risk_rule, states_risk, traced_values
-from ._diffusion import centred_factor, gram_of, symmetric_sqrt
+from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import drift_samples
 from ._solve import OverlapSDE, get_sde_solver, step_grid
 
 
-class ModelDiffusion(eqx.Module):
+class ModelDiffusion(AbstractDiffusion):
     """The diffusion of a model's SDE, `Σ = Cov[U]/B`, from the per-sample increments at fixed
     nodes of all fields (common random numbers: a smooth function of the state).
 
@@ -43,11 +43,6 @@ class ModelDiffusion(eqx.Module):
               sgd_noise: bool = True) -> ModelDiffusion:
         return cls(model=model, steps=steps, nodes=model_nodes(model, backend),
                    template=model.limit_state(), sgd_noise=sgd_noise)
-
-    def at(self, t) -> ModelDiffusion:
-        if not self.steps.scheduled:
-            return self
-        return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))
 
     @property
     def size(self) -> int:
@@ -86,12 +81,6 @@ class ModelDiffusion(eqx.Module):
         return centred_factor(U[:, None, :], self.nodes.w[:, None]) / jnp.sqrt(
             float(self.steps.batch))
 
-    def matrix(self, state: GramState) -> Float[Array, "p p"]:
-        return gram_of(self.factor(state))
-
-    def sqrt_factor(self, state: GramState) -> Float[Array, "p p"]:
-        return symmetric_sqrt(self.matrix(state))
-
 
 def build_model_sde(cfg: Config, dim: int, model: AbstractModel | None = None) -> OverlapSDE:
     """A model's SDE at dimension `dim`: the drift of its ODE (`[ode]`: closed forms, or
@@ -102,7 +91,8 @@ def build_model_sde(cfg: Config, dim: int, model: AbstractModel | None = None) -
     steps = traced_values(StepSizes.from_config(cfg.training))
     drift = model_field(cfg, model, get_expectation(cfg.ode.expectation, drift_samples(cfg),
                                                     seed=cfg.ode.seed)
-                        if cfg.ode.expectation != "exact" else None)
+                        if cfg.ode.expectation != "exact" else None,
+                        sgd_noise=True)     # the SDE models SGD: its drift keeps the η² terms
     diffusion = ModelDiffusion.build(mt, steps, MonteCarlo(samples=cfg.sde.samples_noise,
                                                            seed=cfg.ode.seed))
     return OverlapSDE(drift=drift, diffusion=diffusion,
@@ -138,15 +128,17 @@ def run_model_sde(cfg: Config, *, dim: int | None, paths: int | None, progress: 
     grid = step_grid(times, cfg.sde.dt)
     tol = float(np.min(np.diff(grid))) / 8.0
     sde = build_model_sde(cfg, D, model)
+    diffusion = sde.diffusion
+    assert isinstance(diffusion, ModelDiffusion)
     init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-    y0 = _initial(model, sde.diffusion, init_keys, D)
+    y0 = _initial(model, diffusion, init_keys, D)
     y, compile_s, run_s = solve_groups(sde, get_sde_solver(cfg.sde.solver), y0, bm_keys, times,
                                        grid, tol, group=group, progress=progress,
                                        desc=f"SDE D={D} x{N}")
-    valid = model_domain(y, sde.diffusion)
+    valid = model_domain(y, diffusion)
     ok = np.asarray(valid)
     first = np.where(ok.all(axis=1), np.nan, times[np.argmin(ok, axis=1)])
-    states = jax.vmap(jax.vmap(sde.diffusion.unflatten))(y)
+    states = jax.vmap(jax.vmap(diffusion.unflatten))(y)
     risk, err = states_risk(model, states, risk_rule(cfg))
     info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import diffrax as dfx
 import equinox as eqx
@@ -18,7 +18,7 @@ from .._errors import ConfigError
 from ..fields import AbstractField
 from ..ode import BLOWUP
 from ..sharding import per_device
-from ._diffusion import unflatten
+from ._diffusion import AbstractDiffusion, unflatten
 
 SOLVERS = ("euler", "drift_heun")
 """The stochastic solvers offered, both converging to the Itô solution: `"euler"`
@@ -90,7 +90,7 @@ class OverlapSDE(eqx.Module):
     runs at several D share one compiled program."""
 
     drift: AbstractField
-    diffusion: Any
+    diffusion: AbstractDiffusion
     inv_sqrt_dim: Float[Array, ""]
     noise: str = eqx.field(static=True, default="nodes")
 

@@ -12,7 +12,7 @@ from ._base import register_unit as register_unit
 from ._base import unit_class as unit_class
 from ._base import unit_names as unit_names
 from ._base import unregister_unit as unregister_unit
-# registration order is the order of CLI choices and test parametrizations
+# registration order is the order `unit_names()` lists them in
 from ._erf import Erf as Erf  # noqa: I001
 from ._relu import ReLU as ReLU
 from ._linear import Linear as Linear

@@ -7,8 +7,6 @@ import abc
 from typing import TypeVar
 
 import equinox as eqx
-import jax
-import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import ConfigError
@@ -19,20 +17,19 @@ class AbstractUnit(eqx.Module):
     """An activation of one variable, applied elementwise.
 
     A concrete unit sets `name` (its config value, `model.activation`) and `label` (its name in
-    figures), implements `__call__` elementwise, and may override:
+    figures), implements `__call__` elementwise (the engine differentiates it with autodiff:
+    write it so that its derivative is the one meant where it has a kink), and may override
+    the closed-form Gaussian integrals `i2`, `i3`, `i4`, `j2` (`docs/committee.md`), each taking
+    the covariance of the jointly Gaussian, zero-mean fields it names (last two axes) and
+    returning the integral; a unit that gives all four sets `exact = True`, and the exact
+    expectation backend then replaces nodes by them:
 
-    - `derivative` (default: autodiff of `__call__`);
-    - the closed-form Gaussian integrals `i2`, `i3`, `i4`, `j2` (`docs/committee.md`), each taking
-      the covariance of the jointly Gaussian, zero-mean fields it names (last two axes) and
-      returning the integral; a unit that gives all four sets `exact = True`, and the exact
-      expectation backend then replaces nodes by them:
-
-      | integral | definition | covariance |
-      |---|---|---|
-      | `i2(C)` | `E[g(a) g(b)]` | 2×2 |
-      | `i3(C)` | `E[g'(a) b g(c)]` | 3×3 |
-      | `i4(C)` | `E[g'(a) g'(b) g(c) g(d)]` | 4×4 |
-      | `j2(C)` | `E[g'(a) g'(b)]` | 2×2 |
+    | integral | definition | covariance |
+    |---|---|---|
+    | `i2(C)` | `E[g(a) g(b)]` | 2×2 |
+    | `i3(C)` | `E[g'(a) b g(c)]` | 3×3 |
+    | `i4(C)` | `E[g'(a) g'(b) g(c) g(d)]` | 4×4 |
+    | `j2(C)` | `E[g'(a) g'(b)]` | 2×2 |
     """
 
     name: eqx.AbstractClassVar[str]
@@ -42,11 +39,6 @@ class AbstractUnit(eqx.Module):
     @abc.abstractmethod
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """`g(x)`, elementwise."""
-
-    def derivative(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        """`g'(x)`, elementwise (autodiff of `__call__` unless overridden)."""
-        flat = jnp.ravel(x)
-        return jax.vmap(jax.grad(lambda s: self(s)))(flat).reshape(jnp.shape(x))
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         raise NotImplementedError(f"unit {self.name!r} has no closed-form I2")

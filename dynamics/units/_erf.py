@@ -30,8 +30,6 @@ class Erf(AbstractUnit):
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         return jss.erf(x / jnp.sqrt(2.0))
 
-    def derivative(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        return jnp.sqrt(2.0 / jnp.pi) * jnp.exp(-0.5 * x**2)
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         c00, c11, c01 = C[..., 0, 0], C[..., 1, 1], C[..., 0, 1]

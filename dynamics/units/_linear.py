@@ -21,8 +21,6 @@ class Linear(AbstractUnit):
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         return x
 
-    def derivative(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        return jnp.ones_like(x)
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         return C[..., 0, 1]

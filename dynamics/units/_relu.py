@@ -23,10 +23,9 @@ class ReLU(AbstractUnit):
     exact: ClassVar[bool] = False
 
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        return jnp.maximum(x, 0.0)
-
-    def derivative(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
-        return (x > 0).astype(jnp.result_type(x, float))
+        # written with `where`, so that autodiff gives g'(0) = 0, the convention 1[x > 0]
+        # (`jnp.maximum` would give 1/2 there, and a student started at w = 0 would move)
+        return jnp.where(x > 0, x, 0.0)
 
     @staticmethod
     def _rho(C):
