@@ -29,7 +29,7 @@ from dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, requ
 from dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
 from dynamics.sharding import gather, shard_batch
 
-from ._overlap_chain import bartlett, chi_square, psd_factor
+from ._overlap_chain import _as_float64, bartlett, chi_square, psd_factor
 from ._runs import save_steps, seed_keys, segment_plan
 
 
@@ -181,7 +181,7 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
         carry: Any = jax.vmap(lambda ww: ChainState(state=ww.state(),
                                                     fail_step=jnp.array(-1, jnp.int64)))(w)
         segment: Callable = lambda c, k, a, b: _chain_jit(  # noqa: E731
-            model, _f64(hp), jnp.asarray(dim, jnp.float64), c, k, a, b)
+            model, _as_float64(hp), jnp.asarray(dim, jnp.float64), c, k, a, b)
     else:
         carry = w
         segment = lambda c, k, a, b: _weights_jit(model, hp, c, k, a, b)  # noqa: E731
@@ -235,9 +235,3 @@ def _rows_with_gram(key: PRNGKeyArray, gram: Float[Array, "P P"], dim: int
     C, _, _ = psd_factor(gram)
     return (C @ q.T) * jnp.sqrt(jnp.asarray(dim, jnp.float64))
 
-
-def _f64(hp: StepSizes) -> StepSizes:
-    f = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
-    return StepSizes(lr=f(hp.lr), lr_bias=f(hp.lr_bias), weight_decay=f(hp.weight_decay),
-                     batch=hp.batch, lr_schedule=hp.lr_schedule,
-                     lr_bias_schedule=hp.lr_bias_schedule)

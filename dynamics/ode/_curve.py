@@ -157,14 +157,9 @@ class LearningCurve(eqx.Module):
         model = cfg.build_model()
         backend = backend_of(cfg)
         field = build_field(cfg, model, backend)
-        integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
-        if adjoint == "backsolve":
-            integrator = integrator.replace(blowup=None)
-        if checkpoints is not None:
-            checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
-        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-        return cls(field=field, nodes=risk_nodes(model, backend), ts=jnp.asarray(ts),
-                   integrator=integrator, adjoint=adjoint_of(adjoint, checkpoints),
+        integrator, adj, ts = curve_solver(cfg, field, adjoint, checkpoints, times)
+        return cls(field=field, nodes=risk_nodes(model, backend), ts=ts,
+                   integrator=integrator, adjoint=adj,
                    key=jr.key(cfg.sim.seed), start_model=model,
                    base=param_defaults(cfg, field.steps),
                    amplitude=float(cfg.prior.amplitude), dim=int(cfg.sim.dim),
@@ -206,6 +201,20 @@ class LearningCurve(eqx.Module):
                                                      manifold=self.manifold)[0],
                            ys, batch_size=8)
         return jnp.where(ok, risk, jnp.nan)
+
+
+def curve_solver(cfg: Config, field: AbstractField, adjoint: str, checkpoints: int | None,
+                 times) -> tuple[Integrator, dfx.AbstractAdjoint, Array]:
+    """`(integrator, adjoint, save times)` of a differentiable curve: `[ode]`'s integrator
+    stepping onto the schedule's knots, without the blow-up event for backsolve (which cannot
+    take events), `checkpoints` at most `ode.max_steps`, and the `[output]` grid or `times`."""
+    integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+    if adjoint == "backsolve":
+        integrator = integrator.replace(blowup=None)
+    if checkpoints is not None:
+        checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
+    ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+    return integrator, adjoint_of(adjoint, checkpoints), jnp.asarray(ts)
 
 
 def learning_curve(params: Mapping[str, ArrayLike], cfg: Config, *,

@@ -105,23 +105,17 @@ class ModelCurve(eqx.Module):
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
                     checkpoints: int | None = 4096, times=None) -> ModelCurve:
         from .._errors import require_x64
-        from ._curve import adjoint_of
-        from ._integrate import Integrator
+        from ._curve import curve_solver
 
         require_x64("the differentiable learning curve")
         model = cfg.build_model()
         field = model_field(cfg, model)
-        integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
-        if adjoint == "backsolve":
-            integrator = integrator.replace(blowup=None)
-        if checkpoints is not None:
-            checkpoints = min(int(checkpoints), int(cfg.ode.max_steps))
-        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+        integrator, adj, ts = curve_solver(cfg, field, adjoint, checkpoints, times)
         selectors = tuple(model.hyperparameters(cfg.training, field.steps))
         base = {k: jnp.asarray(_get(field, target, sel), jnp.float64)
                 for k, target, sel in selectors}
-        return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=jnp.asarray(ts),
-                   integrator=integrator, adjoint=adjoint_of(adjoint, checkpoints),
+        return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=ts,
+                   integrator=integrator, adjoint=adj,
                    key=jr.key(cfg.sim.seed), base=base, selectors=selectors,
                    dim=int(cfg.sim.dim), init=cfg.ode.init)
 

@@ -25,3 +25,4 @@ from ._solve import DriftHeun as DriftHeun
 from ._models import ModelDiffusion as ModelDiffusion
 from ._models import build_model_sde as build_model_sde
 from ._diffusion import AbstractDiffusion as AbstractDiffusion
+from ._solve import in_domain as in_domain

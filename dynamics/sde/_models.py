@@ -17,10 +17,10 @@ from ..config import Config
 from ..expectations import AbstractExpectation, AbstractNodes, MonteCarlo, get_expectation
 from ..fields import model_nodes, sample_fields
 from ..models import AbstractModel, GramState, sample_increment
-from ..ode import BLOWUP, model_field, risk_rule, states_risk, traced_values
+from ..ode import model_field, risk_rule, states_risk, traced_values
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import drift_samples
-from ._solve import OverlapSDE, get_sde_solver, step_grid
+from ._solve import OverlapSDE, get_sde_solver, in_domain, step_grid
 
 
 class ModelDiffusion(AbstractDiffusion):
@@ -102,15 +102,9 @@ def build_model_sde(cfg: Config, dim: int, model: AbstractModel | None = None) -
 
 def model_domain(ys: Float[Array, "n T p"], diffusion: ModelDiffusion, *, tol: float = 1e-9
                  ) -> Bool[Array, "n T"]:
-    """Whether each state is finite, below the blow-up level and a PSD Gram matrix."""
-    def ok(y):
-        gram = diffusion.unflatten(y).gram
-        finite = jnp.all(jnp.isfinite(y)) & jnp.all(jnp.abs(y) < BLOWUP)
-        safe = jnp.where(finite, gram, 0.0)
-        lam = jnp.linalg.eigvalsh(safe)[0]
-        return finite & (lam >= -tol * jnp.maximum(1.0, jnp.max(jnp.abs(safe))))
-
-    return jax.vmap(jax.vmap(ok))(ys)
+    """Whether each state is finite, below the blow-up level and a PSD Gram matrix
+    ([`dynamics.sde.in_domain`][])."""
+    return jax.vmap(jax.vmap(lambda y: in_domain(y, diffusion.unflatten(y).gram, tol)))(ys)
 
 
 def run_model_sde(cfg: Config, *, dim: int | None, paths: int | None, progress: bool,

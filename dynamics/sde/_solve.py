@@ -162,12 +162,15 @@ def domain(ys: Float[Array, "n T p"], H: int, F: int, rho: float, *, tol: float 
     """Whether each state is in the domain of the SDE: finite, every entry below the blow-up
     level of the ODEs (`dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix, smallest
     eigenvalue `≥ −tol·max(1, max|Ω|)` (the rule of `Overlaps.check_psd`)."""
-    def ok(y):
-        gram = unflatten(y, H, F).gram(rho)
-        finite = jnp.all(jnp.isfinite(y)) & jnp.all(jnp.abs(y) < BLOWUP)
-        safe = jnp.where(finite, gram, 0.0)
-        lam = jnp.linalg.eigvalsh(0.5 * (safe + safe.T))[0]
-        scale = jnp.maximum(1.0, jnp.max(jnp.abs(safe)))
-        return finite & (lam >= -tol * scale)
+    return jax.vmap(jax.vmap(lambda y: in_domain(y, unflatten(y, H, F).gram(rho), tol)))(ys)
 
-    return jax.vmap(jax.vmap(ok))(ys)
+
+def in_domain(y: Float[Array, " p"], gram: Float[Array, "P P"], tol: float = 1e-9
+              ) -> Bool[Array, ""]:
+    """Whether the SDE's coordinates `y` are finite and below the blow-up level, and their
+    Gram matrix `gram` is PSD: smallest eigenvalue `≥ −tol·max(1, max|Ω|)`."""
+    finite = jnp.all(jnp.isfinite(y)) & jnp.all(jnp.abs(y) < BLOWUP)
+    safe = jnp.where(finite, gram, 0.0)
+    lam = jnp.linalg.eigvalsh(0.5 * (safe + safe.T))[0]
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(safe)))
+    return finite & (lam >= -tol * scale)

@@ -227,14 +227,13 @@ def _run_model_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: in
     (closed forms or nodes) from `[ode] init` at every grid point, vmapped over the points that
     share the model's structure."""
     points, cfgs = _grid_configs(cfg, axes)
-    if len({c.build_model().n_rows for c in cfgs}) > 1 or len(
-            {tuple(c.build_model().limit_state().params) for c in cfgs}) > 1:
+    models = [c.build_model() for c in cfgs]
+    if len({(m.n_rows, tuple(m.limit_state().params)) for m in models}) > 1:
         raise ConfigError("sweep: grid keys that change the model's size (model.K, model.M) "
                           "cannot be stored together; sweep them in separate runs")
     groups: dict = {}
     built = []
-    for i, c in enumerate(cfgs):
-        model = c.build_model()
+    for i, (c, model) in enumerate(zip(cfgs, models)):
         step_sizes = StepSizes.from_config(c.training)
         start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model_start(c, model))
         built.append((model, step_sizes, start))
@@ -245,16 +244,16 @@ def _run_model_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: in
     arrays: dict[str, np.ndarray] = {}
     for members in groups.values():
         check_stop()
-        c0 = cfgs[members[0]]
-        model0 = c0.build_model()
-        models, steps, starts = shard_batch(
+        c0, model0 = cfgs[members[0]], models[members[0]]
+        points_models, steps, starts = shard_batch(
             tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
             len(members))
         exact = c0.ode.expectation == "exact"
         nodes = None if exact else model_nodes(model0, backend_of(c0))
         integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
                                             **({"max_steps": max_steps} if max_steps else {}))
-        ys, code, r = _solve_group(models, steps, starts, nodes, jnp.asarray(ts), integrator,
+        ys, code, r = _solve_group(points_models, steps, starts, nodes, jnp.asarray(ts),
+                                   integrator,
                                    risk_rule(c0).nodes(model0.n_rows), c0.ode.sgd_noise,
                                    ExactField if exact else ModelField, model_risk)
         check_stop()
