@@ -7,7 +7,7 @@ separately), the best of `--repeat` runs of:
 
 1. the learning curve `LearningCurve(params)` (the solve and the risk on the save grid);
 2. `jax.grad` of the risk at T with respect to every differentiable parameter the config has
-   (`dynamics.ode.PARAMS`), with the recursive-checkpoint adjoint (default) and, with
+   (`dynamics.models.attention.PARAMS`), with the recursive-checkpoint adjoint (default) and, with
    `--backsolve`, the backsolve adjoint.
 
 `--split` also times, for the default adjoint, where the gradient's time goes: the solve alone
@@ -30,7 +30,8 @@ import equinox as eqx
 import jax
 
 import dynamics as d
-from dynamics.ode import LearningCurve, final_risk
+from dynamics.ode import final_risk
+from dynamics.models.attention import LearningCurve
 
 jax.config.update("jax_enable_x64", True)
 

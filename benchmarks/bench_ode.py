@@ -27,7 +27,7 @@ import scipy.integrate
 
 import dynamics as d
 from dynamics.ode import Integrator, build_field, initial_state, solve
-from sims import simulate
+from sims.attention import simulate
 
 from _numpy_ode import NumpyManifoldRHS
 

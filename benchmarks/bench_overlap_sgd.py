@@ -1,5 +1,5 @@
-"""Benchmark: online SGD simulated in overlap space (`sims._overlap_chain.simulate_overlaps`)
-against the weight-space simulator (`sims.simulate`), and the full-size equivalence check.
+"""Benchmark: online SGD simulated in overlap space (`sims.attention._chain.simulate_overlaps`)
+against the weight-space simulator (`sims.attention.simulate`), and the full-size equivalence check.
 
     python benchmarks/bench_overlap_sgd.py [--seeds 16] [--weight-dims 1000,10000,100000]
         [--overlap-dims 1000,10000,100000,1000000] [--repeats 3] [--variants]
@@ -51,7 +51,7 @@ import jax.random as jr  # noqa: E402
 import scipy.stats as st  # noqa: E402
 
 import sims  # noqa: E402
-import sims._overlap_chain as oc  # noqa: E402
+import sims.attention._chain as oc  # noqa: E402
 from dynamics import Overlaps, StepSizes, load_config  # noqa: E402
 
 CONFIGS = ROOT / "validation" / "configs"
@@ -133,7 +133,7 @@ def cost_table(args) -> None:
         n2 = max(25, int(round(args.weight_work / D)))
 
         def weights(n, D=D):
-            return sims.simulate(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
+            return sims.attention.simulate(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
                                  init_std=std, dtype=jnp.dtype(cfg.sim.dtype)).overlaps.q
         rows[D]["weights"] = measure(weights, max(1, n2 // 5), n2, args.repeats)
     for D, row in rows.items():
@@ -172,7 +172,7 @@ def _gamma_chi_square(key, df):
 
 
 class _Patched:
-    """Replace module attributes of `sims._overlap_chain` for the code traced inside."""
+    """Replace module attributes of `sims.attention._chain` for the code traced inside."""
 
     def __init__(self, **attrs):
         self.attrs, self.saved = attrs, {}
@@ -242,7 +242,7 @@ def _update_step(model, hp, D, state, draws, step):
 
 def variants(args) -> None:
     cfg, model, hp = _setup()
-    hp = oc._as_float64(hp)
+    hp = oc.as_float64(hp)
     D, S, n1, n2 = 1000, 64, 2048, 10240          # multiples of every block size below
     block = oc.simulate_overlaps.__kwdefaults__["block"]
     keys = jr.split(jr.key(0), S)
@@ -334,12 +334,13 @@ def equivalence(args) -> None:
             jax.block_until_ready(ov)
             t_chain = c.stop()
             c = _Clock()
-            ws = sims.simulate(model, hp, dim=D, seeds=range(100_000, 100_000 + S), times=times,
+            ws = sims.attention.simulate(model, hp, dim=D, seeds=range(100_000, 100_000 + S),
+                times=times,
                                init_std=std, dtype=jnp.dtype(cfg.sim.dtype)).overlaps
             jax.block_until_ready(ws)
             t_weights = c.stop()
             both = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ov, ws)
-            risk = sims.recorded_risk(model, both, samples=cfg.sim.risk_samples,
+            risk = sims.attention.recorded_risk(model, both, samples=cfg.sim.risk_samples,
                                       seed=cfg.ode.seed)[0]
             a, b = _entries(model, ov, risk[:S]), _entries(model, ws, risk[S:])
             pvals, fixed = {}, 0

@@ -150,7 +150,8 @@ def solvers(cfg: d.Config, dim: int) -> None:
     import jax.numpy as jnp
 
     from dynamics.ode import Integrator, build_field, integrate
-    from dynamics.sde import get_sde_solver, solve_paths, step_grid, unflatten
+    from dynamics.sde import get_sde_solver, solve_paths, step_grid
+    from dynamics.models.attention import unflatten
 
     model = cfg.build_model()
     times = cfg.save_times()

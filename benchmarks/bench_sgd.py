@@ -6,7 +6,8 @@ plain numpy loop.
 Setting: D = 4000, L = 4, H = 2, 16 seeds vmapped, float32, the default configuration otherwise
 (Bayes-softmax, flipped spike, η = η_b = 1, B = 1). Reported, per step and per seed:
 
-- `sims`: `sims.simulate` (jitted `fori_loop` over steps, `vmap` over seeds); the compile time
+- `sims`: `sims.attention.simulate` (jitted `fori_loop` over steps, `vmap` over seeds); the compile
+time
   is measured separately, and the fixed per-call cost (teacher QR, init, transfers) is removed by
   timing two run lengths and taking the difference;
 - (a) the bare cost of that step's Gaussians in JAX: the same `jax.random.normal` draws of shape
@@ -72,7 +73,7 @@ def bench_sims(model, hp, steps):
     seeds = list(range(S))
 
     def run(n):
-        run = sims.simulate(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
+        run = sims.attention.simulate(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
                             dtype=jnp.float32)
         return run.overlaps.q, run.weights.K
 
@@ -169,11 +170,11 @@ def bench_numpy(model, hp, steps):
 
 
 def check_numpy_gradients(model):
-    """The numpy closed form equals `sims.field_gradients` (autodiff of `Model.loss`)."""
+    """The numpy closed form equals `sims.attention.field_gradients` (autodiff of `Model.loss`)."""
     teacher = make_teacher(jr.key(0), D, model.F, model.rho, jnp.float32)
     w = dynamics.init_weights(jr.key(1), H, D, key_std=1.0, value_std=1.0, bias=0.3)
     X, y = sample_data(jr.key(2), teacher, model, 3)
-    g = sims.field_gradients(model, w, X, y)
+    g = sims.attention.field_gradients(model, w, X, y)
     n = numpy_gradients(np.asarray(w.K)[None], np.asarray(w.V)[None], np.asarray(w.b)[None],
                         np.asarray(X)[None], np.asarray(y)[None])
     return max(float(np.max(np.abs(np.asarray(a) - c[0]))) for a, c in zip(g, n))
@@ -205,13 +206,13 @@ def _variants(model, hp):
     from dynamics import Weights
 
     def sims_step(teacher, w, key):
-        return sims.sgd_step(model, hp, teacher, w, key)
+        return sims.attention.sgd_step(model, hp, teacher, w, key)
 
     def no_data(teacher, w, key):
         # the step on a fixed sequence: everything except drawing the data
         X = jnp.ones((hp.batch, L, D), jnp.float32) * 0.01
         y = jnp.zeros((hp.batch,), jnp.float32)
-        g_chi, g_z, g_b = sims.field_gradients(model, w, X, y)
+        g_chi, g_z, g_b = sims.attention.field_gradients(model, w, X, y)
         s = hp.lr / jnp.sqrt(jnp.float32(D))
         return Weights(K=w.K - s * jnp.einsum("bhl,bld->hd", g_chi, X),
                        V=w.V - s * jnp.einsum("bhl,bld->hd", g_z, X), b=w.b - g_b / D)
@@ -237,7 +238,7 @@ def _variants(model, hp):
         # the same step with the data drawn from an `rbg` key (XLA's RngBitGenerator)
         kk = jr.key_data(key).reshape(-1)
         rkey = jr.wrap_key_data(jnp.concatenate([kk, kk]).astype(jnp.uint32), impl="rbg")
-        return sims.sgd_step(model, hp, teacher, w, rkey)
+        return sims.attention.sgd_step(model, hp, teacher, w, rkey)
 
     return dict(sims_step=sims_step, no_data=no_data, data_only=data_only, fused=fused,
                 rbg_data=rbg_data)
@@ -255,7 +256,7 @@ def main(argv=None):
           f"{os.cpu_count()} CPUs; D={D} L={L} H={H} seeds={S} batch={hp.batch} float32, "
           f"activation={model.activation.name}, steps={args.steps}, "
           f"numpy steps={args.numpy_steps}")
-    print(f"numpy closed-form gradient vs sims.field_gradients: max |diff| = "
+    print(f"numpy closed-form gradient vs sims.attention.field_gradients: max |diff| = "
           f"{check_numpy_gradients(model):.2e}")
 
     t0 = time.perf_counter()

@@ -44,3 +44,5 @@ from ._weights import init_weights as init_weights
 from ._weights import weights_from_overlaps as weights_from_overlaps
 from .config import Config as Config
 from .config import load_config as load_config
+from . import hooks as hooks  # noqa: E402
+from .models import attention as attention  # registers the attention model's hooks  # noqa: E402

@@ -44,10 +44,19 @@ class Model(eqx.Module):
         """The layout of the attention model's order parameters ([`dynamics.Layout`][])."""
         return ATTENTION
 
+    def named(self, ov) -> dict:
+        """The named order parameters of a state (`m`, `q`, ... as numpy arrays: the `ode.npz`
+        arrays)."""
+        return ov.arrays()
+
     def check_state(self, ov, *, what: str = "initial overlaps") -> None:
         """One-line errors for an unusable state: wrong shapes, non-PSD overlaps."""
         from ._errors import HeadflowError
+        from ._overlaps import Overlaps
 
+        if not isinstance(ov, Overlaps):
+            raise HeadflowError(f"{what}: the attention model's state is an Overlaps, not a "
+                                f"{type(ov).__name__}")
         H, F = self.H, self.F
         want = {"m": (H, F), "q": (H, H), "n": (H,), "s": (H, H), "b": (H,), "kv": (H, H),
                 "kvs": (H,), "vks": (H, F)}

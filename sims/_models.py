@@ -29,7 +29,7 @@ from dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, requ
 from dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
 from dynamics.sharding import gather, shard_batch
 
-from ._overlap_chain import _as_float64, bartlett, chi_square, psd_factor
+from ._wishart import as_float64, bartlett, chi_square, psd_factor
 from ._runs import save_steps, seed_keys, segment_plan
 
 
@@ -181,7 +181,7 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
         carry: Any = jax.vmap(lambda ww: ChainState(state=ww.state(),
                                                     fail_step=jnp.array(-1, jnp.int64)))(w)
         segment: Callable = lambda c, k, a, b: _chain_jit(  # noqa: E731
-            model, _as_float64(hp), jnp.asarray(dim, jnp.float64), c, k, a, b)
+            model, as_float64(hp), jnp.asarray(dim, jnp.float64), c, k, a, b)
     else:
         carry = w
         segment = lambda c, k, a, b: _weights_jit(model, hp, c, k, a, b)  # noqa: E731
@@ -231,7 +231,7 @@ def _rows_with_gram(key: PRNGKeyArray, gram: Float[Array, "P P"], dim: int
     """Rows of dimension `dim` whose Gram matrix over D is exactly `gram`: `C E` with
     `gram = C Cᵀ` and `E` random orthogonal rows of norm `√D`."""
     P = gram.shape[-1]
-    q, _ = jnp.linalg.qr(jr.normal(key, (dim, P), dtype=jnp.float64))
+    frame, _ = jnp.linalg.qr(jr.normal(key, (dim, P), dtype=jnp.float64))
     C, _, _ = psd_factor(gram)
-    return (C @ q.T) * jnp.sqrt(jnp.asarray(dim, jnp.float64))
+    return (C @ frame.T) * jnp.sqrt(jnp.asarray(dim, jnp.float64))
 

@@ -1,29 +1,24 @@
-"""Running online SGD over seeds and recording the order parameters on a time grid."""
+"""Running online SGD of a configuration over seeds and recording the order parameters on a
+time grid: [`run_sgd`][], the same for every model (the model's simulator comes through
+[`simulate_states`][])."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import (Config, DivergenceError, HeadflowError, Model, Overlaps, StepSizes,
-                      Teacher, Weights, check_stop, init_weights, make_teacher, population_risk,
-                      require_x64, risk_nodes, weights_from_overlaps)
-from dynamics.expectations import MonteCarlo
-from dynamics.models import GramState
-from dynamics.ode import model_arrays, risk_rule, states_risk
-from dynamics.sharding import gather, shard_batch
+from dynamics import Config, StepSizes
+from dynamics.hooks import state_risk
+from dynamics.models import AbstractModel
+from dynamics.ode import model_arrays
 
 from ._models import simulate_model
-from ._overlap_chain import simulate_overlaps
-from ._runs import save_steps, seed_keys, segment_plan
-from ._sgd import advance
+from ._runs import save_steps
 
 
 class SGDResult(eqx.Module):
@@ -43,208 +38,50 @@ class SGDResult(eqx.Module):
     seeds: tuple[int, ...] = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     model: Any = None
-    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
+    """The model (its `named` view gives the arrays)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `sgd.npz` arrays (see the README)."""
-        named = (self.overlaps.arrays() if self.model is None
-                 else model_arrays(self.model, self.overlaps))
+        named = model_arrays(self.model, self.overlaps)
         return {"t": np.asarray(self.t), "steps": np.asarray(self.steps),
                 "risk": np.asarray(self.risk), "risk_err": np.asarray(self.risk_err),
                 **named, "seeds": np.asarray(self.seeds)}
 
 
-class Simulation(eqx.Module):
-    """What [`simulate`][] recorded: the save times `t (T)` (in `steps/D`) and their `steps`,
-    the overlaps (leaves `(S, T, ...)`), and the teachers and final weights of every seed."""
-
-    t: Float[Array, " T"]
-    steps: Int[Array, " T"]
-    overlaps: Overlaps
-    teachers: Teacher
-    weights: Weights
-
-
-@eqx.filter_jit
-def _segment(model: Model, hp: StepSizes, teachers: Teacher, w: Weights, keys, starts, counts):
-    def one_seed(teacher, w, key):
-        def body(w, sc):
-            w = advance(model, hp, teacher, w, key, sc[0], sc[1])
-            return w, (w.gram_rows(teacher), w.b.astype(jnp.float64))
-
-        return jax.lax.scan(body, w, (starts, counts))
-
-    return jax.vmap(one_seed)(teachers, w, keys)
+@functools.singledispatch
+def simulate_states(model: Any, cfg: Config, *, dim: int, seeds: list[int], times: np.ndarray,
+                    start: Any, progress: bool) -> tuple[np.ndarray, Any]:
+    """`(steps at the save times, states with leaves (S, T, ...))` of online SGD of `model` as
+    `cfg` configures it (`[training]`, `[sim] space`, `dtype`), one run per seed of `seeds`,
+    every seed from `start` when given (one state, no seed axis). Dispatched on the model's
+    type: a model registers its simulator with `@simulate_states.register(ModelType)`."""
+    raise TypeError(f"simulate_states: no simulator for a model of type "
+                    f"{type(model).__name__}")
 
 
-def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
-             init: Weights | Callable[..., Weights] | None = None,
-             init_std: tuple[float, float, float] = (0.1, 0.1, 0.0),
-             dtype=jnp.float32, progress: bool = False, segments: int = 20) -> Simulation:
-    """Run online SGD for every seed and record the overlaps at the save times.
-
-    **Arguments:**
-
-    - `model`, `hp`: the model and the SGD step sizes.
-    - `dim`: D. `seeds`: a list of ints (one independent run each: teacher, init, data).
-    - `times`: save times in `t = steps/D` (recorded after `round(t·D)` steps; 0 = the
-      initial state).
-    - `init`: `None` (random init with `init_std = (σ_k, σ_v, b_0)`), weights with a leading
-      seed axis, or a callable `init(key, teacher) -> Weights` (e.g. weights built to have given
-      overlaps, [`dynamics.weights_from_overlaps`][]).
-    - `dtype`: float32 (default) or float64.
-    - `progress`: a progress bar on stderr.
-
-    **Returns:** a [`Simulation`][].
-
-    **Raises:** [`dynamics.DivergenceError`][] when the overlaps become NaN/inf.
-    """
-    require_x64("the SGD simulator (its overlaps)")
-    seeds = [int(s) for s in seeds]
-    steps_at = save_steps(times, dim)
-    ks = jnp.stack([seed_keys(s) for s in seeds])           # (S, 3)
-    teachers = jax.vmap(lambda k: make_teacher(k, dim, model.F, model.rho, dtype))(ks[:, 0])
-    if init is None:
-        sk, sv, b0 = init_std
-        w = jax.vmap(lambda k: init_weights(k, model.H, dim, key_std=sk, value_std=sv, bias=b0,
-                                            dtype=dtype))(ks[:, 1])
-    elif callable(init) and not isinstance(init, Weights):
-        w = jax.vmap(init)(ks[:, 1], teachers)
-    else:
-        w = init
-    w = jax.tree.map(lambda x: x.astype(dtype), w)
-    if not model.train_values:
-        w = eqx.tree_at(lambda w: w.V, w, jnp.broadcast_to(teachers.vstar[:, None, :], w.V.shape))
-    n = len(seeds)
-    teachers, w, data_keys = shard_batch((teachers, w, ks[:, 2]), n)
-
-    T = len(steps_at)
-    starts, counts = segment_plan(steps_at, segments)
-    n_seg, seg = starts.shape
-
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=int(steps_at[-1]), unit="step", desc=f"SGD D={dim} x{len(seeds)}",
-                   file=sys.stderr, leave=False)
-    rows, biases = [], []
-    try:
-        for i in range(n_seg):
-            check_stop()
-            w, (r, b) = _segment(model, hp, teachers, w, data_keys, jnp.asarray(starts[i]),
-                                 jnp.asarray(counts[i]))
-            rows.append(r)
-            biases.append(b)
-            bad = gather(~jnp.all(jnp.isfinite(r), axis=(1, 2, 3))
-                         | ~jnp.all(jnp.isfinite(b), axis=(1, 2)), n)
-            if bool(jnp.any(bad)):
-                idx = int(np.argmax(np.asarray(bad)))
-                raise DivergenceError(
-                    f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf before "
-                    f"t = {float(steps_at[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
-                    f"training.lr (now {float(hp.lr):g})")
-            if bar is not None:
-                bar.update(int(counts[i].sum()))
-    finally:
-        if bar is not None:
-            bar.close()
-    all_rows, all_biases, teachers, w = gather(
-        (jnp.concatenate(rows, axis=1)[:, :T], jnp.concatenate(biases, axis=1)[:, :T], teachers,
-         w), n)
-    ov = jax.vmap(jax.vmap(lambda r, b: Overlaps.from_student_rows(r, b, model.F)))(
-        all_rows, all_biases)
-    return Simulation(t=jnp.asarray(steps_at / dim), steps=jnp.asarray(steps_at), overlaps=ov,
-                      teachers=teachers, weights=w)
-
-
-def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int = 0,
-                  batch_size: int = 8) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
-    """Population risk and its Monte Carlo error for overlaps with any leading batch axes
-    (fixed nodes for all of them: common random numbers)."""
-    nodes = risk_nodes(model, MonteCarlo(samples=samples, seed=seed))
-    batch_shape = ov.b.shape[:-1]
-    flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch_shape):]), ov)
-
-    @jax.jit
-    def run(flat, nodes):
-        return jax.lax.map(lambda o: population_risk(model, o, nodes), flat,
-                           batch_size=batch_size)
-
-    risk, err = run(flat, nodes)
-    return risk.reshape(batch_shape), err.reshape(batch_shape)
-
-
-def sgd_overlaps(cfg: Config, *, dim: int, seed_list: list[int], times: np.ndarray,
-                 start: Overlaps | None = None, progress: bool = False
-                 ) -> tuple[np.ndarray, Overlaps]:
-    """The recorded steps and overlaps (leaves `(S, T, ...)`) of online SGD as configured, in
-    the space `[sim] space` names: the D-dimensional weights ([`simulate`][]) or the exact
-    chain of the overlaps ([`simulate_overlaps`][], float64 whatever `sim.dtype` says).
-
-    `start`: overlaps (one state, no seed axis) to start every seed from; in weight space
-    weights with exactly these overlaps are drawn ([`dynamics.weights_from_overlaps`][]).
-    Default: the random initialization of `[training]`."""
-    model = cfg.build_model()
-    tr = cfg.training
-    hp = StepSizes.from_config(tr)
-    init_std = (tr.init_key_std, tr.init_value_std, tr.init_bias)
-    if cfg.sim.space == "overlaps":
-        init = None
-        if start is not None:
-            init = jax.tree.map(lambda x: jnp.broadcast_to(jnp.asarray(x, jnp.float64),
-                                                           (len(seed_list), *jnp.shape(x))),
-                                start)
-        ov = simulate_overlaps(model, hp, dim=dim, seeds=seed_list, times=times, init=init,
-                               init_std=init_std, progress=progress)
-        return save_steps(times, dim), ov
-    dtype = jnp.dtype(cfg.sim.dtype)
-    winit = None
-    if start is not None:
-        ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
-
-        def winit(key, teacher):
-            return weights_from_overlaps(key, ov0, teacher, model.rho, dtype=dtype)
-    sim = simulate(model, hp, dim=dim, seeds=seed_list, times=times, init=winit,
-                   init_std=init_std, dtype=dtype, progress=progress)
-    return np.asarray(sim.steps), sim.overlaps
+@simulate_states.register(AbstractModel)
+def _simulate_model(model: AbstractModel, cfg: Config, *, dim: int, seeds: list[int],
+                    times: np.ndarray, start: Any, progress: bool) -> tuple[np.ndarray, Any]:
+    states = simulate_model(model, StepSizes.from_config(cfg.training), dim=dim, seeds=seeds,
+                            times=times, space=cfg.sim.space, init=start,
+                            dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
+    return save_steps(times, dim), states
 
 
 def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
-            start: Overlaps | GramState | None = None, progress: bool = False,
+            start: Any = None, progress: bool = False,
             times: np.ndarray | None = None) -> SGDResult:
-    """Online SGD as configured (`[model]`, `[prior]`, `[training]`, `[sim]`, `[output]`), in
-    weight or overlap space ([`sgd_overlaps`][]), with its recorded risk; `dim`, `seeds`
-    override `[sim]`, `start` is the initial state of every seed (default: random)."""
-    if cfg.model_kind != "attention":
-        return _run_model_sgd(cfg, dim=dim, seeds=seeds, start=start, progress=progress,
-                              times=times)
-    if isinstance(start, GramState):
-        raise HeadflowError("the attention model's start is an Overlaps, not a GramState")
+    """Online SGD as configured (`[model]`, `[training]`, `[sim]`, `[output]`), in weight or
+    overlap space (`[sim] space`), with its recorded risk; `dim`, `seeds` override `[sim]`,
+    `start` is the initial state of every seed (default: random)."""
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     n = cfg.sim.seeds if seeds is None else int(seeds)
     seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
     times = cfg.save_times() if times is None else np.asarray(times)
-    steps, ov = sgd_overlaps(cfg, dim=D, seed_list=seed_list, times=times, start=start,
-                             progress=progress)
-    risk, err = recorded_risk(model, ov, samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
-    return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=ov,
-                     risk=risk, risk_err=err, seeds=tuple(seed_list), dim=D)
-
-
-def _run_model_sgd(cfg: Config, *, dim, seeds, start, progress, times) -> SGDResult:
-    """[`run_sgd`][] for a model of the family (`docs/models.md`)."""
-    model = cfg.build_model()
-    D = cfg.sim.dim if dim is None else int(dim)
-    n = cfg.sim.seeds if seeds is None else int(seeds)
-    seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
-    times = cfg.save_times() if times is None else np.asarray(times)
-    states = simulate_model(model, StepSizes.from_config(cfg.training), dim=D, seeds=seed_list,
-                            times=times, space=cfg.sim.space, init=start,
-                            dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
-    risk, err = states_risk(model, states, risk_rule(cfg))
-    steps = save_steps(times, D)
+    steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
+                                    start=start, progress=progress)
+    risk, err = state_risk(model, cfg, states)
     return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=states,
                      risk=jnp.asarray(risk), risk_err=jnp.asarray(err), seeds=tuple(seed_list),
                      dim=D, model=model)

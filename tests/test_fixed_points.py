@@ -14,8 +14,9 @@ from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
 from dynamics.analysis import (STATIONARY_ATOL, STATIONARY_Z, Chunks, NewtonPolish,
                                StationarityTest, continuation, find_fixed_point, stationarity,
                                stiffness)
-from dynamics.fields import ManifoldField
-from dynamics.ode import Integrator, random_start
+from dynamics.models.attention import ManifoldField
+from dynamics.ode import Integrator
+from dynamics.models.attention import random_start
 from dynamics.priors import Discrete, FlippedSpike
 
 from _util import Z, make_model

@@ -70,7 +70,7 @@ def test_predict_and_loss_definitions(activation):
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_weight_gradients_through_fields(activation, batch):
-    """`sims.field_gradients` (local-field chain rule) against finite differences of the
+    """`sims.attention.field_gradients` (local-field chain rule) against finite differences of the
     batch-mean loss as a function of the weights K, V, b themselves."""
     H, L, D = 2, 3, 7
     model = make_model(activation, L=L, H=H, noise=0.3)
@@ -87,7 +87,7 @@ def test_weight_gradients_through_fields(activation, batch):
 
     flat = jnp.concatenate([w.K.ravel(), w.V.ravel(), w.b])
     fd = np.asarray(_central_fd(loss, flat, 1e-5))
-    g_chi, g_z, g_b = sims.field_gradients(model, w, X, y)
+    g_chi, g_z, g_b = sims.attention.field_gradients(model, w, X, y)
     assert g_chi.shape == g_z.shape == (batch, H, L) and g_b.shape == (H,)
     gK = np.einsum("bhl,bld->hd", g_chi, X) / sqrt_d
     gV = np.einsum("bhl,bld->hd", g_z, X) / sqrt_d
@@ -117,7 +117,7 @@ def test_sgd_step_is_gradient_step(activation, train_values):
         return jnp.mean(jax.vmap(model.loss, in_axes=(0, 0, None, 0))(chi, z, b, y))
 
     fd = np.asarray(_central_fd(loss, jnp.concatenate([w.K.ravel(), w.V.ravel(), w.b]), 1e-5))
-    new = sims.sgd_step(model, hp, teacher, w, key)
+    new = sims.attention.sgd_step(model, hp, teacher, w, key)
     decay = 1 - 0.3 * 0.1 / D
     np.testing.assert_allclose(new.K, decay * w.K - 0.3 * fd[:H * D].reshape(H, D),
                                rtol=1e-7, atol=1e-9)

@@ -13,8 +13,9 @@ import dynamics as d
 from _util import ACTIVATIONS
 
 from dynamics import StepSizes
-from dynamics.fields import FullField, ManifoldField, SampledFullField
-from dynamics.ode import Integrator, integrate, random_start, run_ode, symmetric_start
+from dynamics.models.attention import FullField, ManifoldField, SampledFullField
+from dynamics.ode import Integrator, integrate, run_ode
+from dynamics.models.attention import random_start, symmetric_start
 
 _with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
@@ -279,7 +280,8 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     assumes the backend's convergence rate). `rhs = "auto"` is the generated code on the
     manifold for a derived activation, autodiff for the full form."""
     from dynamics.expectations import AUTO_MAX_SAMPLES
-    from dynamics.ode import error_target, resolved_rhs, sized
+    from dynamics.ode import error_target, sized
+    from dynamics.models.attention import resolved_rhs
     from dynamics.ode._run import AUTO_PILOT
 
     base = ["training.t_max=2", "output.n_save=5", "model.L=3", "ode.samples=\"auto\"",

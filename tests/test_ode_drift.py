@@ -15,8 +15,8 @@ import pytest
 
 import dynamics as d
 from dynamics import StepSizes
-from dynamics.fields import FullField, ManifoldField
-from sims import sgd_step
+from dynamics.models.attention import FullField, ManifoldField
+from sims.attention import sgd_step
 
 D = 2000
 N_SGD = 1 << 14

@@ -1,4 +1,4 @@
-"""Online SGD in overlap space (`sims._overlap_chain`, `docs/overlap-sgd.md`): the one-step map
+"""Online SGD in overlap space (`sims.attention._chain`, `docs/overlap-sgd.md`): the one-step map
 against the weight-space step to round-off, the whitening/Wishart decomposition of the token
 Gram matrix, the exact χ² and initial-state samplers, equivalence in law with the weight-space
 simulator (two-sample KS), reproducibility, failures, frozen values, batches, weight decay."""
@@ -21,11 +21,11 @@ from _util import (Z, correlated_weights, make_model, optimized, teacher_for,
 import sims
 from dynamics import (DivergenceError, HeadflowError, Overlaps, StepSizes, Weights,
                       sample_data)
-from dynamics.ode import random_start
+from dynamics.models.attention import random_start
 from dynamics.priors import Discrete, FlippedSpike
-from sims._overlap_chain import (bartlett, chi_square, expand_overlaps, gram_update,
-                                 initial_gram, n_rows, psd_factor, reduce_overlaps,
-                                 simulate_overlaps)
+from sims._wishart import bartlett, chi_square, psd_factor
+from sims.attention._chain import (expand_overlaps, gram_update, initial_gram, n_rows,
+                                   reduce_overlaps, simulate_overlaps)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -54,13 +54,14 @@ ONE_STEP = {
 
 @eqx.filter_jit
 def _weight_space_step(model, hp, D: int, key):
-    """Off-manifold weights (every Gram block O(1)), one `sims.sgd_step` on a batch, and that
+    """Off-manifold weights (every Gram block O(1)), one `sims.attention.sgd_step` on a batch, and
+    that
     batch's fields and token Gram matrix."""
     teacher = teacher_for(model, D, seed=1)
     w = correlated_weights(jr.key(2), teacher, model.H)
     if not model.train_values:
         w = dataclasses.replace(w, V=jnp.broadcast_to(teacher.vstar, w.V.shape))
-    new = sims.sgd_step(model, hp, teacher, w, key)
+    new = sims.attention.sgd_step(model, hp, teacher, w, key)
     X, y = sample_data(key, teacher, model, hp.batch)        # the batch sgd_step drew
     W, W_new = (jnp.concatenate([u.K] + ([u.V] if model.train_values else [])
                                 + [teacher.kstar, teacher.vstar[None]]) for u in (w, new))
@@ -72,7 +73,7 @@ def _weight_space_step(model, hp, D: int, key):
 @pytest.mark.parametrize("case", list(ONE_STEP))
 def test_one_step_map_equals_weight_space_step(case):
     """`gram_update` with the true fields and token Gram matrix of one batch gives the Gram
-    matrix after `sims.sgd_step` on that batch, to float64 round-off (weight decay, batch,
+    matrix after `sims.attention.sgd_step` on that batch, to float64 round-off (weight decay, batch,
     label noise, frozen values included)."""
     o = ONE_STEP[case]
     model = make_model(o.get("activation", "bayes_softmax"), L=3, H=2, prior=o.get("prior"),
@@ -174,7 +175,7 @@ def test_chi_square_is_exact(df):
 @pytest.mark.parametrize("train_values", [True, False])
 def test_initial_law_matches_random_start(train_values):
     """`initial_gram` (Gram matrix drawn in law) against the overlaps of actual random weights
-    and teachers at the same D (`dynamics.ode.random_start`): KS on every entry."""
+    and teachers at the same D (`dynamics.models.attention.random_start`): KS on every entry."""
     model = make_model(L=3, H=2, rho=1.7, train_values=train_values)
     D, n = 30, 600
     std = dict(key_std=0.4, value_std=0.7, bias=0.25)
@@ -236,7 +237,7 @@ def both_runs(request):
     model, hp = CONFIGS[request.param]()
     ov = simulate_overlaps(model, hp, dim=D_EQ, seeds=range(S_EQ), times=TIMES)
     with optimized():                       # run time, not compile time, dominates this one
-        ws = sims.simulate(model, hp, dim=D_EQ, seeds=range(1000, 1000 + S_EQ),
+        ws = sims.attention.simulate(model, hp, dim=D_EQ, seeds=range(1000, 1000 + S_EQ),
                            times=TIMES).overlaps           # float32, the simulator's default
     return dict(name=request.param, model=model, hp=hp, overlaps=ov, weights=ws)
 
@@ -260,7 +261,7 @@ def test_equivalence_in_law(both_runs):
     values, t = 0 biases) must agree exactly."""
     r = both_runs
     model = r["model"]
-    risks = sims.recorded_risk(model, jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
+    risks = sims.attention.recorded_risk(model, jax.tree.map(lambda a, b: jnp.concatenate([a, b]),
                                                    r["overlaps"], r["weights"]), samples=1024)[0]
     a = _scalars(model, r["overlaps"], risks[:S_EQ])
     b = _scalars(model, r["weights"], risks[S_EQ:])

@@ -26,7 +26,7 @@ def test_reference_gradients_equal_autodiff():
     w = dynamics.init_weights(jr.key(1), model.H, D, key_std=1.0, value_std=1.0, bias=0.3,
                               dtype=jnp.float64)
     X, y = dynamics.sample_data(jr.key(2), teacher, model, 3)
-    g_chi, g_z, g_b = sims.field_gradients(model, w, X, y)   # of the batch-mean loss
+    g_chi, g_z, g_b = sims.attention.field_gradients(model, w, X, y)   # of the batch-mean loss
     ref = [np.stack(parts) for parts in zip(
         *(gradients(w.K, w.V, w.b, X[i], y[i]) for i in range(3)))]
     np.testing.assert_allclose(3 * np.asarray(g_chi), ref[0], rtol=1e-10, atol=1e-12)

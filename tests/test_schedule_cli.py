@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dynamics import load_config
-from dynamics.ode import learning_curve
+from dynamics.models.attention import learning_curve
 from validation.cli import main
 
 from _util import one_line_error as _one_line_error  # noqa: E402
@@ -102,7 +102,7 @@ def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
     fitted from a start 20% off."""
     from test_learning_curve import SDE_BASE
 
-    from dynamics.sde import SDECurve
+    from dynamics.models.attention import SDECurve
 
     cfg = load_config(None, SDE_BASE)
     truth = {"training.lr": 0.8, "model.noise": 0.25}
@@ -145,7 +145,7 @@ def test_fit_linearization_keeps_only_the_jacobian():
     import jax.numpy as jnp
     from test_learning_curve import SDE_BASE
 
-    from dynamics.sde import SDECurve
+    from dynamics.models.attention import SDECurve
     from validation.experiments.fit import materialized
 
     y = {"training.lr": jnp.asarray(0.8), "model.noise": jnp.asarray(0.25)}

@@ -15,12 +15,13 @@ from _util import Z, make_model
 import dynamics as d
 from dynamics import StepSizes
 from dynamics.expectations import MonteCarlo
-from dynamics.fields import FullField, SampledFullField
+from dynamics.models.attention import FullField, SampledFullField
 from dynamics.priors import Discrete, FlippedSpike, Gaussian
-from dynamics.sde import (Diffusion, centred_factor, entry_names, flatten, increments,
-                          n_entries, run_sde, unflatten)
-from sims._overlap_chain import (ChainState, apply_step, draw_steps, expand_overlaps,
-                                 reduce_overlaps)
+from dynamics.sde import centred_factor, run_sde
+from dynamics.models.attention import (Diffusion, entry_names, flatten, increments, n_entries,
+                                       unflatten)
+from sims.attention._chain import (ChainState, apply_step, draw_steps, expand_overlaps,
+                                   reduce_overlaps)
 
 D = 2000
 STEPS = StepSizes(lr=0.8, lr_bias=1.5, weight_decay=0.2, batch=2)

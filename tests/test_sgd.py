@@ -92,7 +92,7 @@ def test_independent_of_segmenting():
     cfg = _cfg()
     model = cfg.build_model()
     hp = StepSizes.from_config(cfg.training)
-    runs = [sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+    runs = [sims.attention.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
                           segments=seg) for seg in (1, 7, 20)]
     for run in runs[1:]:
         for leaf_a, leaf_b in zip(jax.tree.leaves(run), jax.tree.leaves(runs[0])):
@@ -102,11 +102,12 @@ def test_independent_of_segmenting():
 def test_save_steps():
     """Save times become step counts `round(t·D)`, never decreasing, and `t = steps/D`."""
     model, hp = _cfg().build_model(), StepSizes.from_config(_cfg().training)
-    run = sims.simulate(model, hp, dim=1000, seeds=[0], times=[0.0, 0.0004, 0.0005, 0.0005,
+    run = sims.attention.simulate(model, hp, dim=1000, seeds=[0], times=[0.0, 0.0004, 0.0005,
+        0.0005,
                                                               0.001])
     np.testing.assert_array_equal(np.asarray(run.steps), [0, 0, 0, 0, 1])
     np.testing.assert_allclose(np.asarray(run.t), np.asarray(run.steps) / 1000)
-    run = sims.simulate(model, hp, dim=100, seeds=[0], times=np.geomspace(1e-4, 0.02, 30))
+    run = sims.attention.simulate(model, hp, dim=100, seeds=[0], times=np.geomspace(1e-4, 0.02, 30))
     assert np.all(np.diff(np.asarray(run.steps)) >= 0)
 
 
@@ -172,7 +173,7 @@ def test_simulate_from_overlaps():
     ov, rho = _valid_overlaps("manifold", rho=1.0)
     cfg = _cfg()                        # the tiny run's configuration: its compiled step is reused
     model, hp = cfg.build_model(), StepSizes.from_config(cfg.training)
-    rec = sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+    rec = sims.attention.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
                         init=lambda k, t: weights_from_overlaps(k, ov, t, rho)).overlaps
     for name in ("m", "q", "n", "s", "b", "kv", "kvs", "vks"):
         got = np.asarray(getattr(rec, name))[:, 0]
@@ -193,13 +194,13 @@ def test_batch_and_float64():
     cfg = _cfg("training.batch=4")
     model, hp = cfg.build_model(), StepSizes.from_config(cfg.training)
     assert hp.batch == 4
-    run = sims.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
+    run = sims.attention.simulate(model, hp, dim=100, seeds=[0, 1], times=cfg.save_times(),
                         dtype=jnp.float64)
     ov, teachers, w = run.overlaps, run.teachers, run.weights
     assert w.K.dtype == w.V.dtype == w.b.dtype == teachers.vstar.dtype == jnp.float64
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(ov))
     assert ov.q.dtype == jnp.float64
-    risk, err = sims.recorded_risk(model, ov, samples=256)
+    risk, err = sims.attention.recorded_risk(model, ov, samples=256)
     assert np.all(np.asarray(risk[:, -1]) < np.asarray(risk[:, 0]))
 
 

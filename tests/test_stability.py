@@ -19,8 +19,9 @@ from dynamics import Overlaps, StepSizes
 from dynamics import analysis as st
 from dynamics._risk import key_dims
 from dynamics.expectations import QuasiMonteCarlo
-from dynamics.fields import ManifoldField
-from dynamics.ode import Integrator, integrate, symmetric_start
+from dynamics.models.attention import ManifoldField
+from dynamics.ode import Integrator, integrate
+from dynamics.models.attention import symmetric_start
 from dynamics.priors import Discrete
 
 

@@ -26,7 +26,7 @@ from dynamics import ConfigError, StepSizes
 from dynamics._risk import key_dims, over_theta, risk_integrand, split_key_normals
 from dynamics.activations import get_activation
 from dynamics.expectations import MonteCarlo
-from dynamics.fields import ManifoldField
+from dynamics.models.attention import ManifoldField
 from dynamics.priors import Discrete, FlippedSpike, Gaussian
 from dynamics.symbolic import (SymbolicField, derive_jacobians, generate, local_field_ode,
                                manifold_ode)

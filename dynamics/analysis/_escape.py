@@ -12,7 +12,7 @@ from jaxtyping import Array, Float
 
 from .._model import Model
 from ..measures import alignment, first_crossing
-from ..ode import random_start
+from ..models.attention import random_start
 from ._modes import HeadModes
 from ._symmetric import flatten, head_differences, unflatten
 from ._tangent import StabilityResult
@@ -22,7 +22,8 @@ def initial_contrasts(model: Model, key, modes: HeadModes, *, n: int, dim: int, 
                       value_std: float, bias: float) -> Float[Array, "n Hm1 mu"]:
     """Samples of the head-difference coordinates of a random initialization at dimension
     `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D is
-    `coef/√D`): `n` independent draws of [`dynamics.ode.random_start`][] projected on the
+    `coef/√D`): `n` independent draws of [`dynamics.models.attention.random_start`][] projected on
+    the
     standard blocks."""
     keys = jr.split(key, n)
 

@@ -28,8 +28,8 @@ class AbstractField(eqx.Module):
     terms; False: gradient flow), `chunk` (node evaluations per accumulation step),
     `batch` (how many states are evaluated at once under `vmap`, see [`batched`][]),
     `manifold_form` (whether the state lives on the invariant manifold, cross overlaps zero).
-    The state is any pytree of arrays: the attention model's [`dynamics.Overlaps`][] or a
-    model's [`dynamics.models.GramState`][].
+    The state is any pytree of arrays: a model's [`dynamics.models.GramState`][], or the
+    state of a model with its own layout.
     """
 
     model: eqx.AbstractVar[Any]

@@ -4,8 +4,6 @@ over Gaussian nodes of all fields, or its closed form where the model's unit giv
 
 from __future__ import annotations
 
-import itertools
-import math
 from typing import ClassVar
 
 import equinox as eqx
@@ -19,7 +17,7 @@ from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes
 from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
 from ._base import AbstractField
-from ._nodes import MAX_GROUP
+from ._nodes import MAX_GROUP, unit_permutations
 
 
 def model_dims(model: AbstractModel) -> int:
@@ -28,12 +26,9 @@ def model_dims(model: AbstractModel) -> int:
 
 
 def student_permutations(model: AbstractModel, max_group: int = MAX_GROUP) -> np.ndarray:
-    """The permutations of the student rows the nodes are closed under: all `S!` when
-    `S! ≤ max_group`, else the S cyclic shifts."""
-    S = model.n_students
-    if math.factorial(S) <= max_group:
-        return np.array(list(itertools.permutations(range(S))), dtype=np.int64)
-    return np.array([np.roll(np.arange(S), k) for k in range(S)], dtype=np.int64)
+    """The permutations of the student rows the nodes are closed under
+    ([`unit_permutations`][] of the `S` students)."""
+    return unit_permutations(model.n_students, max_group)
 
 
 def model_nodes(model: AbstractModel, backend: AbstractExpectation, *,

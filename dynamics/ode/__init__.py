@@ -1,4 +1,5 @@
-"""Order-parameter ODEs: initial states, integration with diffrax, and runs of a config."""
+"""Order-parameter ODEs of every model: integration with diffrax, runs of a config, and
+differentiable learning curves."""
 
 from ._integrate import BLOWUP as BLOWUP
 from ._integrate import BlowUp as BlowUp
@@ -15,26 +16,16 @@ from ._run import AUTO_PILOT as AUTO_PILOT
 from ._run import backend_of as backend_of
 from ._run import error_target as error_target
 from ._run import relative_error as relative_error
-from ._run import resolved_rhs as resolved_rhs
 from ._run import sized as sized
 from ._run import build_field as build_field
-from ._run import field_class as field_class
 from ._run import initial_state as initial_state
 from ._run import run_ode as run_ode
-from ._run import trajectory_risk as trajectory_risk
-from ._state import random_start as random_start
-from ._state import symmetric_start as symmetric_start
 from ._curve import ADJOINTS as ADJOINTS
-from ._curve import PARAMS as PARAMS
-from ._curve import LearningCurve as LearningCurve
 from ._curve import adjoint_of as adjoint_of
+from ._curve import curve_solver as curve_solver
 from ._curve import final_risk as final_risk
-from ._curve import learning_curve as learning_curve
 from ._curve import mean_risk as mean_risk
-from ._curve import param_defaults as param_defaults
-from ._curve import substitute as substitute
 from ._curve import time_to_risk as time_to_risk
-from ._state import initial_overlaps as initial_overlaps
 from ._models import model_arrays as model_arrays
 from ._models import model_field as model_field
 from ._models import model_start as model_start

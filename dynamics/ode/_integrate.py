@@ -179,7 +179,8 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
               progress: bool = False, check: bool = True) -> ODESolution:
     """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
 
-    **Arguments:** `field` a vector field (e.g. [`dynamics.fields.ManifoldField`][]), `ov0` the
+    **Arguments:** `field` a vector field (e.g. [`dynamics.models.attention.ManifoldField`][]),
+    `ov0` the
     initial state, `ts` the save times, `integrator` the solver settings, `progress`
     (diffrax's tqdm meter), `check` the initial-state checks.
 

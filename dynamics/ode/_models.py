@@ -11,19 +11,21 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from jaxtyping import Array
+from jaxtyping import Array, PyTree
 
+from ..hooks import (curve_keys, field_of, learning_curve_of, ode_info, start_of,
+                      state_risk)
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
-from ..fields import AbstractField, ExactField, ModelField
+from ..fields import MAX_GROUP, AbstractField, ExactField, ModelField
 from ..models import AbstractModel, GramState, model_risk
 from ._integrate import traced_values
 
 
 def model_field(cfg: Config, model: AbstractModel | None = None,
                 backend: AbstractExpectation | None = None, *,
-                sgd_noise: bool | None = None) -> AbstractField:
+                sgd_noise: bool | None = None, max_group: int = MAX_GROUP) -> AbstractField:
     """The drift of a model's config: closed forms (`ode.expectation = "exact"`) or the
     autodiff field on `backend`'s nodes (default: those of `[ode]`); the `η²` terms as
     `sgd_noise` says (default `[ode] sgd_noise`)."""
@@ -34,8 +36,35 @@ def model_field(cfg: Config, model: AbstractModel | None = None,
     noise = cfg.ode.sgd_noise if sgd_noise is None else sgd_noise
     if cfg.ode.expectation == "exact":
         return ExactField.build(traced_values(model), steps, sgd_noise=noise)
-    backend = backend_of(cfg) if backend is None else backend
-    return ModelField.build(traced_values(model), steps, backend, sgd_noise=noise)
+    return ModelField.build(traced_values(model), steps,
+                            backend_of(cfg) if backend is None else backend, sgd_noise=noise,
+                            max_group=max_group)
+
+
+@field_of.register(AbstractModel)
+def _field(model: AbstractModel, cfg: Config, backend: AbstractExpectation | None, *,
+           sgd_noise: bool,
+           max_group: int) -> AbstractField:
+    return model_field(cfg, model, backend, sgd_noise=sgd_noise, max_group=max_group)
+
+
+@start_of.register(AbstractModel)
+def _start(model: AbstractModel, cfg: Config) -> GramState:
+    return model_start(cfg, model)
+
+
+@state_risk.register(AbstractModel)
+def _state_risk(model: AbstractModel, cfg: Config, states: GramState, backend: Any = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    del backend     # the risk's own rule (closed form, or its Monte Carlo nodes) in any case
+    return states_risk(model, states, risk_rule(cfg))
+
+
+@ode_info.register(AbstractModel)
+def _ode_info(model: AbstractModel, cfg: Config, field: AbstractField) -> dict[str, Any]:
+    exact = cfg.ode.expectation == "exact"
+    return {"expectation": cfg.ode.expectation,
+            "samples": None if exact else int(field.nodes.size)}
 
 
 def model_start(cfg: Config, model: AbstractModel | None = None,
@@ -70,12 +99,14 @@ def _risks(model, flat, nodes):
     return jax.lax.map(lambda s: model_risk(model, s, nodes), flat, batch_size=16)
 
 
-def model_arrays(model: AbstractModel, state: GramState) -> dict[str, Any]:
-    """The named order parameters (`Q`, `R`, ... for the committee) as numpy arrays."""
+def model_arrays(model: Any, state: PyTree) -> dict[str, Any]:
+    """The named order parameters of any model (its `named` view: `Q`, `R`, ... for the
+    committee, `m`, `q`, ... for the attention model) as numpy arrays."""
     return {k: np.asarray(v) for k, v in model.named(state).items()}
 
 
-def as_float64(state: GramState) -> GramState:
+def as_float64(state: PyTree) -> PyTree:
+    """Every leaf of a state as float64."""
     return jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), state)
 
 
@@ -183,22 +214,24 @@ def _set(field: AbstractField, target: str, sel, value) -> AbstractField:
 
 
 def curve_from_config(cfg: Config, **options: Any) -> Any:
-    """The differentiable learning curve of a config: [`LearningCurve`][] for the attention
-    model, [`ModelCurve`][] for a model of the family (`options`: `adjoint`, `checkpoints`,
-    `times`)."""
-    if cfg.model_kind == "attention":
-        from ._curve import LearningCurve
-
-        return LearningCurve.from_config(cfg, **options)
-    return ModelCurve.from_config(cfg, **options)
+    """The differentiable learning curve of a config (`options`: `adjoint`, `checkpoints`,
+    `times`): [`ModelCurve`][] for a model of the family, the model's own otherwise
+    ([`dynamics.models.attention.LearningCurve`][] for the attention model)."""
+    return learning_curve_of(cfg.build_model(), cfg, **options)
 
 
 def differentiable_keys(cfg: Config) -> tuple[str, ...]:
-    """The parameters the config's learning curve differentiates through
-    ([`dynamics.ode.PARAMS`][] for the attention model; a model's own keys otherwise)."""
-    if cfg.model_kind == "attention":
-        from ._curve import PARAMS
+    """The config keys that the learning curve of `cfg` differentiates through."""
+    return curve_keys(cfg.build_model(), cfg)
 
-        return PARAMS
+
+@learning_curve_of.register(AbstractModel)
+def _curve(model: AbstractModel, cfg: Config, **options: Any) -> ModelCurve:
+    del model
+    return ModelCurve.from_config(cfg, **options)
+
+
+@curve_keys.register(AbstractModel)
+def _curve_keys(model: AbstractModel, cfg: Config) -> tuple[str, ...]:
     steps = StepSizes.from_config(cfg.training)
-    return tuple(k for k, _, _ in cfg.build_model().hyperparameters(cfg.training, steps))
+    return tuple(k for k, _, _ in model.hyperparameters(cfg.training, steps))

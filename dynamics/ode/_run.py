@@ -1,4 +1,5 @@
-"""Integrating the ODEs of a configuration: the `headflow ode` engine."""
+"""Integrating the ODEs of a configuration: the `headflow ode` engine, the same for every model
+(what is model-specific comes through `dynamics.hooks`)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,16 @@ from typing import Any
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._errors import ConfigError, HeadflowError
-from .._model import Model
-from .._overlaps import Overlaps
-from .._risk import population_risk, risk_nodes
-from .._steps import StepSizes
+from .._errors import HeadflowError
+from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
-from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, AbstractNodes, get_expectation
-from ..fields import MAX_GROUP, AbstractField, FullField, ManifoldField
-from ..symbolic import SymbolicField, symbolic_names
-from ._integrate import Integrator, integrate, traced_values
-from ..models import GramState
-from ._models import as_float64, model_arrays, model_field, model_start, risk_rule, states_risk
-from ._state import initial_overlaps
+from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, get_expectation
+from ..fields import MAX_GROUP, AbstractField
+from ._integrate import Integrator, integrate
+from ._models import as_float64, model_arrays
 
 
 class ODEResult(eqx.Module):
@@ -40,12 +34,11 @@ class ODEResult(eqx.Module):
     run_s: float = eqx.field(static=True, default=float("nan"))
     accuracy: dict = eqx.field(static=True, default_factory=dict)
     model: Any = None
-    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
+    """The model (its `named` view gives the arrays)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `ode.npz` arrays (see the README)."""
-        named = (self.overlaps.arrays() if self.model is None
-                 else model_arrays(self.model, self.overlaps))
+        named = model_arrays(self.model, self.overlaps)
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
                 "risk_err": np.asarray(self.risk_err), **named}
 
@@ -68,17 +61,6 @@ def backend_of(cfg: Config) -> AbstractExpectation:
     return get_expectation(cfg.ode.expectation, samples, seed=cfg.ode.seed)
 
 
-def resolved_rhs(cfg: Config, model: Model | None = None) -> str:
-    """`[ode] rhs`, with `"auto"` resolved: the generated (symbolic) right-hand side for the
-    manifold form of an activation that has a symbolic definition (several times faster at the
-    same nodes), else autodiff."""
-    if cfg.ode.rhs != "auto":
-        return cfg.ode.rhs
-    model = cfg.build_model() if model is None else model
-    symbolic = cfg.ode.form == "manifold" and model.activation.name in symbolic_names()
-    return "symbolic" if symbolic else "autodiff"
-
-
 def error_target(cfg: Config) -> float:
     """The largest relative error of the vector field that `samples = "auto"` aims for:
     `[ode] error_target`, by default `10⁴ · rtol` (0.01 at the default tolerance)."""
@@ -87,7 +69,7 @@ def error_target(cfg: Config) -> float:
 
 
 @eqx.filter_jit
-def _sizes_and_errors(field: AbstractField, ovs: Overlaps | GramState) -> tuple[Array, Array]:
+def _sizes_and_errors(field: AbstractField, ovs: Any) -> tuple[Array, Array]:
     def one(ov):
         rhs, err = field.with_error(ov)
         r = jnp.concatenate([jnp.ravel(x) for x in jax.tree.leaves(rhs)])
@@ -97,7 +79,7 @@ def _sizes_and_errors(field: AbstractField, ovs: Overlaps | GramState) -> tuple[
     return jax.lax.map(one, ovs)
 
 
-def relative_error(field: AbstractField, ovs: Overlaps | GramState) -> np.ndarray:
+def relative_error(field: AbstractField, ovs: Any) -> np.ndarray:
     """The error of the vector field at each state of `ovs` (leaves `(k, ...)`), by the nodes'
     own rule, relative to the field's largest size over those states:
     `max_i err_i(state) / max_states max_i |RHS_i|`. (Relative to the field at the same state
@@ -106,7 +88,7 @@ def relative_error(field: AbstractField, ovs: Overlaps | GramState) -> np.ndarra
     return err / max(float(np.max(size)), 1e-300)
 
 
-def sized(cfg: Config, model: Model, ov0: Overlaps, times) -> tuple[Config, dict]:
+def sized(cfg: Config, model: Any, ov0: Any, times) -> tuple[Config, dict]:
     """`cfg` with `[ode] samples = "auto"` resolved, and what was measured to size it.
 
     A pilot run with `AUTO_PILOT` nodes integrates the same ODE over the same span (9 saved
@@ -116,7 +98,7 @@ def sized(cfg: Config, model: Model, ov0: Overlaps, times) -> tuple[Config, dict
     meet [`error_target`][], rounded up to a power of
     two, at most `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.
     """
-    if cfg.ode.samples != "auto":
+    if cfg.ode.samples != "auto" or cfg.ode.expectation == "exact":
         return cfg, {}
     target = error_target(cfg)
     pilot = cfg.replace(**{"ode.samples": AUTO_PILOT})
@@ -137,101 +119,39 @@ def sized(cfg: Config, model: Model, ov0: Overlaps, times) -> tuple[Config, dict
                                                "pilot_error": eps, "samples": n}
 
 
-_FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] = {
-    ("manifold", "autodiff"): ManifoldField,
-    ("full", "autodiff"): FullField,
-    ("manifold", "symbolic"): SymbolicField,
-}
-
-
-def field_class(cfg: Config, model: Model | None = None
-                ) -> type[ManifoldField | FullField | SymbolicField]:
-    """The vector-field class selected by `[ode] form` and `[ode] rhs` (`"auto"` resolved by
-    [`resolved_rhs`][])."""
-    key = (cfg.ode.form, resolved_rhs(cfg, model))
-    if key not in _FIELDS:
-        raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
-                          "use ode.form = 'manifold'")
-    return _FIELDS[key]
-
-
-def build_field(cfg: Config, model: Model | None = None,
-                backend: AbstractExpectation | None = None, *,
-                max_group: int = MAX_GROUP) -> AbstractField:
-    """The vector field selected by `[ode] form` and `[ode] rhs`, with the step sizes of
-    `[training]` and the `η²` terms as `[ode] sgd_noise` says."""
+def build_field(cfg: Config, model: Any = None, backend: AbstractExpectation | None = None,
+                *, sgd_noise: bool | None = None, max_group: int = MAX_GROUP) -> AbstractField:
+    """The model's vector field of `cfg` on `backend`'s nodes (default: those of `[ode]`), with
+    the step sizes of `[training]` and the `η²` terms as `sgd_noise` says (default
+    `[ode] sgd_noise`)."""
     model = cfg.build_model() if model is None else model
-    backend = backend_of(cfg) if backend is None else backend
-    return field_class(cfg, model).build(traced_values(model),
-                              traced_values(StepSizes.from_config(cfg.training)), backend,
-                              sgd_noise=cfg.ode.sgd_noise, max_group=max_group)
+    if backend is None and cfg.ode.expectation != "exact":
+        backend = backend_of(cfg)
+    noise = cfg.ode.sgd_noise if sgd_noise is None else bool(sgd_noise)
+    return field_of(model, cfg, backend, sgd_noise=noise, max_group=max_group)
 
 
-def initial_state(cfg: Config, model: Model | None = None) -> Overlaps:
+def initial_state(cfg: Config, model: Any = None) -> Any:
     """The start described by `[ode] init` (see the config docs)."""
-    model = cfg.build_model() if model is None else model
-    tr = cfg.training
-    return eqx.filter_jit(initial_overlaps)(
-        model, jr.key(cfg.sim.seed), cfg.sim.dim, init=cfg.ode.init, key_std=tr.init_key_std,
-        value_std=tr.init_value_std, bias=tr.init_bias, manifold=cfg.ode.form == "manifold")
+    return start_of(cfg.build_model() if model is None else model, cfg)
 
 
-def trajectory_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes, *,
-                    manifold: bool) -> tuple[Array, Array]:
-    """Population risk and its error along a trajectory (leaves `(T, ...)`; common random
-    numbers)."""
-    nodes = rule if isinstance(rule, AbstractNodes) else risk_nodes(model, rule)
-    return _risk_along(traced_values(model), ov, nodes, manifold)
-
-
-@eqx.filter_jit
-def _risk_along(model, ov, nodes, manifold):
-    return jax.lax.map(lambda oi: population_risk(model, oi, nodes, manifold=manifold), ov,
-                       batch_size=8)
-
-
-def run_ode(cfg: Config, ov0: Overlaps | GramState | None = None, times=None, *,
-            progress: bool = False) -> ODEResult:
+def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False) -> ODEResult:
     """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
-    `[output]` grid) and evaluate the risk along the way."""
-    if cfg.model_kind != "attention":
-        return _run_model_ode(cfg, ov0, times, progress=progress)
-    if isinstance(ov0, GramState):
-        raise HeadflowError("the attention model's start is an Overlaps, not a GramState")
+    `[output]` grid) and evaluate the risk along the way. `[ode] samples = "auto"` is sized
+    first ([`sized`][])."""
     model = cfg.build_model()
-    start: Overlaps = initial_state(cfg, model) if ov0 is None else ov0
-    if cfg.ode.form == "manifold":
-        start = start.on_manifold()
-    start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start)
+    start = initial_state(cfg, model) if ov0 is None else ov0
+    start = as_float64(ode_state(model, cfg, start))
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
     cfg, sizing = sized(cfg, model, start, times)
-    backend = backend_of(cfg)
+    backend = None if cfg.ode.expectation == "exact" else backend_of(cfg)   # closed forms
     field = build_field(cfg, model, backend)
     sol = integrate(field, start, times, Integrator.from_config(cfg.ode), progress=progress)
-    risk, err = trajectory_risk(model, sol.overlaps, backend,
-                                manifold=cfg.ode.form == "manifold")
+    risk, err = state_risk(model, cfg, sol.overlaps, backend)
     every = max(1, (len(times) - 1) // 8)
     measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
-    accuracy = {**sizing, "samples": int(cfg.ode.samples), "expectation": cfg.ode.expectation,
-                "rhs": resolved_rhs(cfg, model), "relative_error_max": float(measured.max()),
-                "relative_error_median": float(np.median(measured))}
-    return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=risk, risk_err=err,
-                     num_steps=sol.num_steps, num_rejected=sol.num_rejected,
-                     compile_s=sol.compile_s, run_s=sol.run_s, accuracy=accuracy)
-
-
-def _run_model_ode(cfg: Config, state0, times, *, progress: bool) -> ODEResult:
-    """[`run_ode`][] for a model of the family (`docs/models.md`)."""
-    model = cfg.build_model()
-    state0 = as_float64(model_start(cfg, model) if state0 is None else state0)
-    times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-    field = model_field(cfg, model)
-    sol = integrate(field, state0, times, Integrator.from_config(cfg.ode), progress=progress)
-    risk, err = states_risk(model, sol.overlaps, risk_rule(cfg))
-    every = max(1, (len(times) - 1) // 8)
-    measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
-    accuracy = {"expectation": cfg.ode.expectation,
-                "samples": None if cfg.ode.expectation == "exact" else int(field.nodes.size),
+    accuracy = {**sizing, **ode_info(model, cfg, field),
                 "relative_error_max": float(measured.max()),
                 "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),

@@ -1,4 +1,5 @@
-"""Ensembles of SDE paths of a configuration: the `headflow sde` engine."""
+"""Ensembles of SDE paths of a configuration: the `headflow sde` engine, the same for every
+model (what is model-specific comes through `dynamics.hooks`)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,14 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Key
 
 from .._errors import HeadflowError, require_x64
-from .._layout import ATTENTION
-from .._model import Model
-from .._risk import risk_nodes
-from .._steps import StepSizes
+from ..hooks import check_dim, sde_terms, start_sampler, state_risk
 from .._stop import check_stop
 from ..config import Config
 from ..expectations import MonteCarlo, get_expectation
-from ..fields import FullField
 from ..measures import escape_time
-from ..ode import (AUTO_FALLBACK, BLOWUP, model_arrays, random_start, traced_values,
-                   trajectory_risk)
+from ..ode import AUTO_FALLBACK, BLOWUP, model_arrays
 from ..sharding import gather, shard_leading
-from ._diffusion import Diffusion, flatten, unflatten
+from ._diffusion import AbstractDiffusion
 from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
 
 
@@ -45,13 +41,12 @@ class SDEResult(eqx.Module):
     dim: int = eqx.field(static=True, default=0)
     info: dict = eqx.field(static=True, default_factory=dict)
     model: Any = None
-    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
+    """The model (its `named` view gives the arrays, its `layout` the escape)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `sde.npz` arrays: those of `sgd.npz` with a path axis, plus `valid` and
         `first_invalid`."""
-        named = (self.overlaps.arrays() if self.model is None
-                 else model_arrays(self.model, self.overlaps))
+        named = model_arrays(self.model, self.overlaps)
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
                 "risk_err": np.asarray(self.risk_err), **named,
                 "valid": np.asarray(self.valid), "first_invalid": np.asarray(self.first_invalid)}
@@ -74,9 +69,9 @@ class SDEResult(eqx.Module):
         """Each path's escape time (`dynamics.measures.escape_time` of the alignment arrays of
         the model's [`dynamics.Layout`][]; NaN: no escape)."""
         arrays = self.arrays()
-        a, g = (ATTENTION if self.model is None else self.model.layout).alignment
-        t, m, q = np.asarray(self.t), arrays[a], arrays[g]
-        out = [escape_time(t, m[i], q[i]) for i in range(m.shape[0])]
+        a, g = self.model.layout.alignment
+        t, teacher, student = np.asarray(self.t), arrays[a], arrays[g]
+        out = [escape_time(t, teacher[i], student[i]) for i in range(teacher.shape[0])]
         return np.array([np.nan if e is None else e for e in out])
 
 
@@ -95,38 +90,33 @@ def drift_samples(cfg: Config) -> int:
     return AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)
 
 
-def build_sde(cfg: Config, dim: int, model: Model | None = None) -> OverlapSDE:
-    """The SDE of a configuration at dimension `dim`: drift `FullField` (η² terms kept) on
-    [`drift_samples`][] nodes of `[ode] expectation`, diffusion on `[sde] samples_noise` Monte
-    Carlo nodes of all fields (both with `[ode] seed`), factored as `[sde] noise` says."""
+def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
+    """The SDE of a configuration at dimension `dim`: the model's drift with its `η²` terms on
+    [`drift_samples`][] nodes of `[ode] expectation` (or its closed forms), the diffusion on
+    `[sde] samples_noise` Monte Carlo nodes of all fields (both with `[ode] seed`), factored as
+    `[sde] noise` says."""
     model = cfg.build_model() if model is None else model
-    mt = traced_values(model)
-    steps = traced_values(StepSizes.from_config(cfg.training))
-    backend = get_expectation(cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)
-    drift = FullField.build(mt, steps, backend, sgd_noise=True)
-    diffusion = Diffusion.build(mt, steps, MonteCarlo(samples=cfg.sde.samples_noise,
-                                                      seed=cfg.ode.seed), sgd_noise=True)
+    exact = cfg.ode.expectation == "exact"
+    drift_backend = None if exact else get_expectation(cfg.ode.expectation, drift_samples(cfg),
+                                                       seed=cfg.ode.seed)
+    drift, diffusion = sde_terms(model, cfg, drift_backend,
+                                 MonteCarlo(samples=cfg.sde.samples_noise, seed=cfg.ode.seed))
     return OverlapSDE(drift=drift, diffusion=diffusion,
                       inv_sqrt_dim=jnp.asarray(1.0 / np.sqrt(dim), jnp.float64),
                       noise=cfg.sde.noise)
 
 
 @eqx.filter_jit
-def _initial(model: Model, keys, dim: int, key_std: float, value_std: float, bias: float):
-    def one(k):
-        return flatten(random_start(model, k, dim, key_std=key_std, value_std=value_std,
-                                    bias=bias))
-
-    return jax.lax.map(one, keys, batch_size=8)
+def _initial(sample: Any, diffusion: AbstractDiffusion, keys, dim: int):
+    return jax.lax.map(lambda k: diffusion.flatten(sample(k, dim)), keys, batch_size=8)
 
 
-def initial_states(cfg: Config, model: Model, keys: Key[Array, " n"], dim: int
-                   ) -> Float[Array, "N p"]:
-    """One exact random initialization at dimension `dim` per key
-    ([`dynamics.ode.random_start`][]), flattened."""
-    tr = cfg.training
-    return _initial(model, keys, int(dim), float(tr.init_key_std), float(tr.init_value_std),
-                    float(tr.init_bias))
+def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,
+                   diffusion: AbstractDiffusion | None = None) -> Float[Array, "N p"]:
+    """One exact random initialization at dimension `dim` per key (the law SGD starts from),
+    in the SDE's coordinates (`diffusion.flatten`; default: that of [`build_sde`][])."""
+    diffusion = build_sde(cfg, dim, model).diffusion if diffusion is None else diffusion
+    return _initial(start_sampler(model, cfg), diffusion, keys, int(dim))
 
 
 def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: np.ndarray,
@@ -178,16 +168,10 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
     """
     require_x64("the overlap SDE")
-    if cfg.model_kind != "attention":
-        from ._models import run_model_sde
-
-        return run_model_sde(cfg, dim=dim, paths=paths, progress=progress, group=group)
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     N = cfg.sde.paths if paths is None else int(paths)
-    if D < model.F + 1:
-        raise HeadflowError(f"--dim {D}: must exceed model.F = {model.F} (the teacher needs "
-                            "F + 1 orthogonal directions)")
+    check_dim(model, D)
     if N < 1:
         raise HeadflowError(f"--paths {N}: must be >= 1")
     check_stop()
@@ -197,21 +181,22 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     sde = build_sde(cfg, D, model)
     solver = get_sde_solver(cfg.sde.solver)
     init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-    y0 = initial_states(cfg, model, init_keys, D)
+    y0 = initial_states(cfg, model, init_keys, D, sde.diffusion)
     y, compile_s, run_s = solve_groups(sde, solver, y0, bm_keys, times, grid, tol,
                                        group=group, progress=progress, desc=f"SDE D={D} x{N}")
-    valid = domain(y, model.H, model.F, model.rho)
+    valid = domain(y, sde.diffusion)
     ok = np.asarray(valid)
     first = np.where(ok.all(axis=1), np.nan, times[np.argmin(ok, axis=1)])
-    ov = jax.vmap(jax.vmap(lambda v: unflatten(v, model.H, model.F)))(y)
-    flat = jax.tree.map(lambda x: x.reshape(N * len(times), *x.shape[2:]), ov)
-    nodes = risk_nodes(model, MonteCarlo(samples=cfg.sim.risk_samples, seed=cfg.ode.seed))
-    risk, err = trajectory_risk(model, flat, nodes, manifold=False)
+    states = jax.vmap(jax.vmap(sde.diffusion.unflatten))(y)
+    risk, err = state_risk(model, cfg, states)
+    exact = cfg.ode.expectation == "exact"
     info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,
-            "samples_drift": drift_samples(cfg), "samples_noise": cfg.sde.samples_noise,
+            "drift": cfg.ode.expectation,
+            **({} if exact else {"samples_drift": drift_samples(cfg)}),
+            "samples_noise": cfg.sde.samples_noise,
             "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
             "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
-    return SDEResult(t=jnp.asarray(times), overlaps=ov, risk=jnp.reshape(risk, (N, -1)),
-                     risk_err=jnp.reshape(err, (N, -1)), valid=valid,
-                     first_invalid=jnp.asarray(first), dim=D, info=info)
+    return SDEResult(t=jnp.asarray(times), overlaps=states, risk=jnp.asarray(risk),
+                     risk_err=jnp.asarray(err), valid=valid, first_invalid=jnp.asarray(first),
+                     dim=D, info=info, model=model)

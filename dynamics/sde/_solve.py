@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import diffrax as dfx
 import equinox as eqx
@@ -18,7 +18,7 @@ from .._errors import ConfigError
 from ..fields import AbstractField
 from ..ode import BLOWUP
 from ..sharding import per_device
-from ._diffusion import AbstractDiffusion, unflatten
+from ._diffusion import AbstractDiffusion
 
 SOLVERS = ("euler", "drift_heun")
 """The stochastic solvers offered, both converging to the Itô solution: `"euler"`
@@ -157,12 +157,12 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
     return jax.vmap(one)(y0, keys)
 
 
-def domain(ys: Float[Array, "n T p"], H: int, F: int, rho: float, *, tol: float = 1e-9
+def domain(ys: Float[Array, "n T p"], diffusion: Any, *, tol: float = 1e-9
            ) -> Bool[Array, "n T"]:
     """Whether each state is in the domain of the SDE: finite, every entry below the blow-up
-    level of the ODEs (`dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix, smallest
-    eigenvalue `≥ −tol·max(1, max|Ω|)` (the rule of `Overlaps.check_psd`)."""
-    return jax.vmap(jax.vmap(lambda y: in_domain(y, unflatten(y, H, F).gram(rho), tol)))(ys)
+    level of the ODEs (`dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix
+    (`diffusion.gram`, [`in_domain`][])."""
+    return jax.vmap(jax.vmap(lambda y: in_domain(y, diffusion.gram(y), tol)))(ys)
 
 
 def in_domain(y: Float[Array, " p"], gram: Float[Array, "P P"], tol: float = 1e-9

@@ -13,7 +13,8 @@ from .._overlaps import FieldLaw, Overlaps
 from .._risk import over_theta, split_key_normals
 from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes
-from ..fields import MAX_GROUP, AbstractField, key_nodes
+from ..fields import MAX_GROUP, AbstractField
+from ..models.attention._nodes import key_nodes
 from ._activations import symbolic_activation
 from ._codegen import INTEGRANDS, Generated, generate
 
@@ -24,7 +25,7 @@ class SymbolicField(AbstractField):
     `docs/equations.md`) instead of autodiff.
 
     Same Gaussian nodes, same field law and the same θ-average as
-    [`dynamics.fields.ManifoldField`][], so the two agree to round-off; only the per-node
+    [`dynamics.models.attention.ManifoldField`][], so the two agree to round-off; only the per-node
     integrands (the activation, `e²`, `Ĝ`, `ĝ^b`, `Γ`, ...) and the assembly of the ODE are the
     generated code.
 

@@ -19,7 +19,8 @@ from dynamics import Config, Overlaps, bayes_risk, population_risk
 from dynamics.expectations import AbstractExpectation, get_expectation
 from dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish, StationarityTest,
                                find_fixed_point)
-from dynamics.ode import Integrator, backend_of, build_field, initial_state, trajectory_risk
+from dynamics.ode import Integrator, backend_of, build_field, initial_state
+from dynamics.models.attention import trajectory_risk
 from sims import run_sgd
 
 MODES = ("gradient_flow", "sgd_noise")

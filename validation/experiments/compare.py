@@ -14,8 +14,9 @@ import numpy as np
 from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
 from dynamics.measures import escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
-                          model_arrays, model_field, risk_rule, run_ode, sized, solve,
-                          states_risk, traced_values, trajectory_risk)
+                          model_arrays, model_field, risk_rule, run_ode, sized, solve, states_risk,
+                          traced_values)
+from dynamics.models.attention import trajectory_risk
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
 

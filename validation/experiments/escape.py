@@ -39,8 +39,9 @@ from dynamics import Config, DivergenceError, HeadflowError, StepSizes
 from dynamics import analysis as stab
 from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
                                persistent_crossing)
-from dynamics.ode import BLOWUP, Integrator, backend_of, symmetric_start
-from sims import sgd_overlaps
+from dynamics.ode import BLOWUP, Integrator, backend_of
+from dynamics.models.attention import symmetric_start
+from sims.attention import sgd_overlaps
 
 from ._fit import linear_fit
 
@@ -112,7 +113,7 @@ def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
     """The manifold vector field of a configuration for stability analysis: with nodes closed
     under all head permutations ([`dynamics.analysis.equivariant_field`][]), or the engine's
     field (`equivariant=False`)."""
-    from dynamics.fields import ManifoldField
+    from dynamics.models.attention import ManifoldField
 
     model = cfg.build_model() if model is None else model
     steps = StepSizes.from_config(cfg.training)

@@ -13,13 +13,14 @@ import numpy as np
 import optimistix as optx
 
 from dynamics import Config, ConfigError, HeadflowError
-from dynamics.ode import (PARAMS, LearningCurve, ModelCurve, curve_from_config,
-                          differentiable_keys)
-from dynamics.sde import SDECurve
+from dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
+from dynamics.models.attention import PARAMS, LearningCurve
+from dynamics.models.attention import SDECurve
 
 MODELS = ("ode", "sde")
-"""The models of a curve: `"ode"` ([`dynamics.ode.LearningCurve`][], the D → ∞ limit from one
-initial state) and `"sde"` ([`dynamics.sde.SDECurve`][], the mean over SDE paths at
+"""The models of a curve: `"ode"` ([`dynamics.models.attention.LearningCurve`][], the D → ∞ limit
+from one
+initial state) and `"sde"` ([`dynamics.models.attention.SDECurve`][], the mean over SDE paths at
 `[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
 
 
@@ -79,7 +80,7 @@ def _materialized_jvp(primals, tangents):
 
 def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[str]:
     """The parameter names, checked: scalar keys of `params` (the differentiable parameters:
-    [`dynamics.ode.PARAMS`][] for the attention model, a model's own keys otherwise;
+    [`dynamics.models.attention.PARAMS`][] for the attention model, a model's own keys otherwise;
     one-line [`dynamics.ConfigError`][] otherwise)."""
     names = list(names)
     bad = [n for n in names if n not in params or "schedule" in n]
@@ -93,7 +94,8 @@ def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[st
 def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str], *,
               model: str = "ode", paths: int | None = None, max_steps: int = 100) -> Fit:
     """Least squares `min Σ_i (R_θ(t_i) − risk_i)²` over the parameters `names` (scalar keys
-    of [`dynamics.ode.PARAMS`][]; the config gives the start and every other value), with
+    of [`dynamics.models.attention.PARAMS`][]; the config gives the start and every other value),
+    with
     optimistix's Levenberg–Marquardt on the forward-mode Jacobian of the `model`'s curve (one
     of [`MODELS`][]; `paths`: the SDE's paths, default `[sde] paths`).
 

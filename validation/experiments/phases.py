@@ -34,7 +34,8 @@ import numpy as np
 
 from dynamics import ORDER_PARAMETERS
 from dynamics.measures import ESCAPE_THRESHOLD, alignment, persistent_crossing
-from dynamics.ode import Integrator, backend_of, initial_state, integrate, trajectory_risk
+from dynamics.ode import Integrator, backend_of, initial_state, integrate
+from dynamics.models.attention import trajectory_risk
 
 from .escape import manifold_field
 

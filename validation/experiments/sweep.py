@@ -24,10 +24,12 @@ import numpy as np
 from dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
                       check_stop, population_risk, risk_nodes)
 from dynamics.config import parse_value
-from dynamics.fields import ExactField, ModelField, key_nodes, model_nodes
+from dynamics.fields import ExactField, ModelField, model_nodes
+from dynamics.models.attention import key_nodes
 from dynamics.models import model_risk
-from dynamics.ode import (BlowUp, Integrator, backend_of, field_class, initial_state,
-                          model_arrays, model_start, risk_rule, solve)
+from dynamics.ode import (BlowUp, Integrator, backend_of, initial_state, model_arrays, model_start,
+                          risk_rule, solve)
+from dynamics.models.attention import field_class
 from dynamics.sharding import gather, per_device, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")

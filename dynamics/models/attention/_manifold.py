@@ -9,12 +9,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import SIGNAL, Model, ValueMoments
-from .._overlaps import FieldLaw, Overlaps
-from .._risk import over_theta, split_key_normals
-from .._steps import StepSizes
-from ..expectations import AbstractExpectation, AbstractNodes
-from ._base import AbstractField, outer_sum, zeros_like
+from ..._model import SIGNAL, Model, ValueMoments
+from ..._overlaps import FieldLaw, Overlaps
+from ..._risk import over_theta, split_key_normals
+from ..._steps import StepSizes
+from ...expectations import AbstractExpectation, AbstractNodes
+from ...fields._base import AbstractField, outer_sum, zeros_like
 from ._nodes import MAX_GROUP, key_nodes
 
 

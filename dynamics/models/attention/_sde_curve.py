@@ -13,23 +13,25 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Key
 
-from .._errors import HeadflowError, require_x64
-from .._model import Model
-from .._risk import population_risk, risk_nodes
-from ..config import Config
-from ..expectations import AbstractNodes, MonteCarlo
-from ..ode import adjoint_of, param_defaults, random_start, substitute
+from ..._errors import HeadflowError, require_x64
+from ..._model import Model
+from ..._risk import population_risk, risk_nodes
+from ...config import Config
+from ...expectations import AbstractNodes, MonteCarlo
+from ...ode import adjoint_of
+from ...sde import OverlapSDE, build_sde, get_sde_solver, path_keys, solve_paths, step_grid
+from ._curve import param_defaults, substitute
 from ._diffusion import flatten, unflatten
-from ._run import build_sde, path_keys
-from ._solve import OverlapSDE, get_sde_solver, solve_paths, step_grid
+from ._start import random_start
 
 
 class SDECurve(eqx.Module):
     """The mean population risk of an ensemble of SDE paths on the save grid, as a pure
-    function of hyperparameters: `curve(params)` runs the paths of [`run_sde`][] (the same
+    function of hyperparameters: `curve(params)` runs the paths of [`dynamics.sde.run_sde`][] (the
+    same
     drift, diffusion, solver, step grid, initial draws and Brownian paths) with the step sizes,
     initial scales, prior amplitude and label noise that `params` gives
-    ([`dynamics.ode.substitute`][]: any of [`dynamics.ode.PARAMS`][]; the config's values for
+    ([`substitute`][]: any of [`PARAMS`][]; the config's values for
     the rest), and returns the mean over the paths of each path's risk at `ts`.
 
     The random numbers (initial draws, Brownian paths, the nodes of the fields and of the risk)

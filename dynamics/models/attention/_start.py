@@ -7,10 +7,10 @@ import jax.random as jr
 import equinox as eqx
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from .._model import Model
-from .._overlaps import Overlaps
-from .._teacher import make_teacher
-from .._weights import init_weights
+from ..._model import Model
+from ..._overlaps import Overlaps
+from ..._teacher import make_teacher
+from ..._weights import init_weights
 
 
 def symmetric_start(model: Model, *, key_std: float | Float[Array, ""],

@@ -12,12 +12,12 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import SIGNAL, Model
-from .._overlaps import FieldLaw, Overlaps
-from .._risk import key_dims, over_theta, split_key_normals
-from .._steps import StepSizes
-from ..expectations import AbstractExpectation, AbstractNodes
-from ._base import AbstractField, outer_sum
+from ..._model import SIGNAL, Model
+from ..._overlaps import FieldLaw, Overlaps
+from ..._risk import key_dims, over_theta, split_key_normals
+from ..._steps import StepSizes
+from ...expectations import AbstractExpectation, AbstractNodes
+from ...fields._base import AbstractField, outer_sum
 from ._full import assemble
 from ._nodes import MAX_GROUP, full_nodes
 

@@ -10,13 +10,13 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import SIGNAL, Model, ValueMoments
-from .._overlaps import FieldLaw, Overlaps
-from .._risk import over_theta, split_key_normals
-from .._steps import StepSizes
-from ..expectations import AbstractExpectation, AbstractNodes
-from ._base import AbstractField, outer_sum
-from ._moments import fourth_moment, third_moment
+from ..._model import SIGNAL, Model, ValueMoments
+from ..._overlaps import FieldLaw, Overlaps
+from ..._risk import over_theta, split_key_normals
+from ..._steps import StepSizes
+from ...expectations import AbstractExpectation, AbstractNodes
+from ...fields._base import AbstractField, outer_sum
+from ...fields._moments import fourth_moment, third_moment
 from ._nodes import MAX_GROUP, key_nodes
 
 

@@ -1,0 +1,46 @@
+"""The attention model (`[model] kind = "attention"`, `docs/model.md`): the multi-head
+single-location model and the structure its theory exploits beyond the generic engine of
+[`dynamics.models`][]. Its state is [`dynamics.Overlaps`][]; its predictor is
+[`dynamics.Model`][]. Here:
+
+- the vector fields: the reduced form on the invariant manifold ([`ManifoldField`][]), the
+  full local-field form ([`FullField`][]), the sampled form of the SDE
+  ([`SampledFullField`][]), on nodes closed under head permutations ([`key_nodes`][],
+  [`full_nodes`][]); the generated right-hand side is [`dynamics.symbolic.SymbolicField`][];
+- its starts ([`symmetric_start`][], [`random_start`][]) and its risk along a trajectory;
+- the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
+- its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]).
+
+Importing `dynamics` registers these with the generic runs (`dynamics.hooks`), so
+`dynamics.ode.run_ode`, `dynamics.sde.run_sde` and `sims.run_sgd` run it like any model.
+"""
+
+from ._nodes import full_dims as full_dims
+from ._nodes import full_nodes as full_nodes
+from ._nodes import g_perp_block as g_perp_block
+from ._nodes import head_permutations as head_permutations
+from ._nodes import key_nodes as key_nodes
+from ._full import FullField as FullField
+from ._manifold import ManifoldField as ManifoldField
+from ._sampled import SampledFullField as SampledFullField
+from ._sampled import sample_increment as sample_increment
+from ._sampled import split_full_node as split_full_node
+from ._start import initial_overlaps as initial_overlaps
+from ._start import random_start as random_start
+from ._start import symmetric_start as symmetric_start
+from ._curve import PARAMS as PARAMS
+from ._curve import LearningCurve as LearningCurve
+from ._curve import learning_curve as learning_curve
+from ._curve import param_defaults as param_defaults
+from ._curve import substitute as substitute
+from ._diffusion import Diffusion as Diffusion
+from ._diffusion import entry_names as entry_names
+from ._diffusion import flatten as flatten
+from ._diffusion import increments as increments
+from ._diffusion import n_entries as n_entries
+from ._diffusion import unflatten as unflatten
+from ._ode import field_class as field_class
+from ._ode import resolved_rhs as resolved_rhs
+from ._ode import trajectory_risk as trajectory_risk
+from ._sde_curve import SDECurve as SDECurve
+from . import _sde as _sde  # registers the SDE hooks  # noqa: I001

@@ -1,0 +1,100 @@
+"""The generic engine holds nothing of any one model: the vector fields, the ODE, the SDE, the
+weight-space SGD and the overlap-space chain (`dynamics/fields`, `dynamics/ode`, `dynamics/sde`,
+the modules of `sims` outside `sims/attention`) name none of the attention model's order
+parameters or types, and import neither its package nor another model's; what differs between
+models comes through `dynamics.hooks` and `sims.simulate_states`, dispatched on the model's
+type. Also: every hook has an implementation for both kinds shipped (attention and the family
+of `dynamics.models.AbstractModel`), and an unregistered model type gets a clear error.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dynamics
+import sims
+from dynamics import Model, hooks, load_config
+from dynamics.models import AbstractModel
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "validation" / "configs"
+GENERIC = sorted([*ROOT.glob("dynamics/fields/*.py"), *ROOT.glob("dynamics/ode/*.py"),
+                  *ROOT.glob("dynamics/sde/*.py"), *ROOT.glob("sims/*.py"),
+                  ROOT / "dynamics" / "hooks.py"])
+ATTENTION_NAMES = {"m", "q", "kv", "kvs", "vks", "SIGNAL", "Overlaps", "FieldLaw", "Model"}
+HOOKS = ("field_of", "start_of", "ode_state", "state_risk", "ode_info", "learning_curve_of",
+         "curve_keys", "sde_terms", "start_sampler", "check_dim")
+
+
+def _code_names(path: Path) -> set[str]:
+    """Every identifier in the code of `path` (comments and strings, docstrings included,
+    left out)."""
+    toks = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    return {t.string for t in toks if t.type == tokenize.NAME}
+
+
+def test_generic_modules_are_found():
+    names = {p.relative_to(ROOT).as_posix() for p in GENERIC}
+    for want in ("dynamics/fields/_base.py", "dynamics/ode/_run.py", "dynamics/sde/_run.py",
+                 "dynamics/sde/_diffusion.py", "sims/_simulate.py", "sims/_models.py",
+                 "sims/_wishart.py"):
+        assert want in names
+
+
+@pytest.mark.parametrize("path", GENERIC, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_attention_names_in_generic_modules(path):
+    found = _code_names(path) & ATTENTION_NAMES
+    assert not found, f"{path.relative_to(ROOT)} uses the attention model's names {found}"
+
+
+@pytest.mark.parametrize("path", GENERIC, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_generic_modules_import_no_model(path):
+    if path.name == "__init__.py":      # a package's init may import a model to register it
+        return
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            where = "." * node.level + (node.module or "")
+            names = {a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            where, names = "", {a.name for a in node.names}
+        else:
+            continue
+        assert not any(part in ("attention", "_committee", "_model")
+                       for part in where.replace(".", " ").split()), \
+            f"{path.relative_to(ROOT)} imports a model: from {where}"
+        assert not names & {"Model", "Committee", "attention"}, \
+            f"{path.relative_to(ROOT)} imports a model: {names}"
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hook_serves_both_kinds(hook):
+    fn = getattr(hooks, hook)
+    for kind in (Model, AbstractModel):
+        impl = fn.dispatch(kind)
+        if hook in ("ode_state", "check_dim") and impl is fn.dispatch(object):
+            continue                    # a default that fits every model
+        assert impl is not fn.dispatch(object), f"{hook} has no implementation for {kind}"
+    assert sims.simulate_states.dispatch(Model) is not sims.simulate_states.dispatch(object)
+    assert (sims.simulate_states.dispatch(AbstractModel)
+            is not sims.simulate_states.dispatch(object))
+
+
+def test_unregistered_model_type_is_refused():
+    class Stranger:
+        pass
+
+    with pytest.raises(TypeError, match="no implementation for a model of type Stranger"):
+        hooks.field_of(Stranger(), None, None, sgd_noise=True, max_group=24)
+    with pytest.raises(TypeError, match="no simulator for a model of type Stranger"):
+        sims.simulate_states(Stranger(), load_config(CONFIGS / "committee.toml"), dim=10,
+                             seeds=[0], times=np.zeros(1), start=None, progress=False)
+
+
+def test_attention_is_registered_on_import():
+    assert dynamics.attention is dynamics.models.attention
