@@ -147,6 +147,9 @@ def test_escape_runs_the_committee(tmp_path, capsys):
     assert np.mean(ext) > np.mean(sde[1]) > np.mean(sde[0])
     assert summary["paths_sde"] == 4 and summary["extrapolation"][0]["calibrated"] is None
     assert lines[0].startswith("escape slope in ln D: measured ")
+    print(f"committee escape: SGD means {summary['escape_mean']}, slope "
+          f"{summary['slope_measured']:.2f}; SDE means {summary['escape_sde_mean']}, "
+          f"extrapolated {summary['extrapolation'][0]['mean']:.2f}")
 
 
 def test_scaling_runs_the_committee(tmp_path, capsys):
@@ -165,6 +168,7 @@ def test_scaling_runs_the_committee(tmp_path, capsys):
     np.testing.assert_allclose(d ** 2, np.asarray(summary["bias"]) ** 2
                                + np.asarray(summary["spread"]) ** 2, rtol=1e-12)
     lo, hi = summary["slope_ci"]
+    print(f"committee scaling: delta {d}, slope {summary['slope']:.3f} [{lo:.3f}, {hi:.3f}]")
     assert -1.0 < summary["slope"] < -0.2 and lo < summary["slope"] < hi
     assert summary["t_window"] == pytest.approx(10.0) and summary["points"] == [20] * 3
     assert [r["space"] for r in summary["per_dim"]] == ["overlaps"] * 3

@@ -51,7 +51,7 @@ EXAMPLE = "headflow escape validation/configs/escape.toml --dims 250,500,1000 --
 
 
 def register(sub) -> None:
-    p = sub.add_parser("escape", help="escape times vs D against the SDE and the "
+    p = sub.add_parser("escape", help="escape times vs D against the SDE and (attention) the "
                        "linear-stability predictions (--dims, --seeds, --paths)",
                        description="Run online SGD at each D of --dims over --seeds, measure "
                        "the escape time from the unspecialized plateau of every run, fit its "
