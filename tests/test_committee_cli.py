@@ -1,6 +1,7 @@
 """The committee machine on the command line (docs/committee.md): `headflow ode|sgd|sde` run a
 committee config and write the documented files; the commands written for the attention model
-refuse it in one line (exit 2, nothing written); bad committee configs name their key.
+that do not apply to it (activations, prune, bayes) refuse it in one line (exit 2, nothing
+written); bad committee configs name their key.
 
 Everything runs in-process (`validation.cli.main`) at tiny sizes, with XLA at -O0 (the runs
 are compile-bound) and the session's shared compilation cache (tests/conftest.py)."""
@@ -186,7 +187,6 @@ def test_committee_runs(tmp_path, capsys, name):
 # -- commands that do not take the committee ----------------------------------------------------
 
 DOES_NOT_APPLY = {"activations": [], "prune": [], "bayes": []}
-NOT_YET = {"phases": [], "escape": [], "scaling": []}
 
 
 def test_sweep_runs_the_committee(tmp_path, capsys):
@@ -226,18 +226,15 @@ def test_compare_runs_the_committee(tmp_path, capsys):
         assert z["Q"].shape == (4, 6, 2, 2) and z["escape"].shape == (4,)
 
 
-@pytest.mark.parametrize("command", [*DOES_NOT_APPLY, *NOT_YET])
+@pytest.mark.parametrize("command", [*DOES_NOT_APPLY])
 def test_attention_commands_refuse_the_committee(tmp_path, capsys, command):
+    """(`phases`, `escape` and `scaling` run the committee: tests/test_committee_commands.py.)"""
     config = _config(tmp_path)
-    extra = {**DOES_NOT_APPLY, **NOT_YET}[command]
+    extra = DOES_NOT_APPLY[command]
     out = tmp_path / "fresh" / "out"
     assert main([command, str(config), *extra, "--out", str(out), "--json"]) == 2
-    if command in DOES_NOT_APPLY:
-        _one_line_error(capsys, f"headflow: error: {command} does not apply to "
-                        "model.kind = 'committee': ")
-    else:
-        _one_line_error(capsys, f"headflow: error: {command} is not available for "
-                        "model.kind = 'committee' yet")
+    _one_line_error(capsys, f"headflow: error: {command} does not apply to "
+                    "model.kind = 'committee': ")
     assert capsys.readouterr().out == ""
     assert not out.exists()
     assert _nothing_but(tmp_path, "committee.toml", "curve.npz") == []

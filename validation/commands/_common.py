@@ -92,11 +92,34 @@ def out_dir(args: argparse.Namespace, command: str, cfg: Config | None, extra: s
 
 
 def check_dims(cfg: Config, dims) -> None:
-    """Every dimension of `dims` (`--dims` and friends) exceeds `model.F`, as `sim.dim` must."""
-    small = [d for d in dims if d < cfg.model.F + 1]
-    if small:
-        raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
-                          "teacher needs F + 1 orthogonal directions)")
+    """Every dimension of `dims` (`--dims` and friends) is one `sim.dim` could be: for the
+    attention model it exceeds `model.F`; for another model the config validates with it (e.g.
+    `sim.space = "overlaps"` needs `D ≥ N + B + 1`)."""
+    if cfg.model_kind == "attention":
+        small = [d for d in dims if d < cfg.model.F + 1]
+        if small:
+            raise ConfigError(f"dimension {small[0]}: must exceed model.F = {cfg.model.F} (the "
+                              "teacher needs F + 1 orthogonal directions)")
+        return
+    for d in dims:
+        try:
+            cfg.replace(**{"sim.dim": int(d)})
+        except ConfigError as err:
+            raise ConfigError(f"dimension {d}: {err}") from None
+
+
+def require_units(cfg: Config, needs: str, at_least: int = 2) -> None:
+    """A one-line error unless the model has `at_least` exchangeable student units (attention
+    heads, `model.H`; committee hidden units, `model.K`); `needs` is the start of the reason,
+    e.g. `"phases need"`."""
+    if cfg.model_kind == "attention":
+        n, key, what = cfg.model.H, "model.H", "heads"
+    else:
+        n = cfg.build_model().n_students
+        key = "model.K" if hasattr(cfg.model, "K") else f"model.kind = {cfg.model_kind!r}: units"
+        what = "student units"
+    if n < at_least:
+        raise ConfigError(f"{key} = {n}: {needs} at least {at_least} {what}")
 
 
 def show_progress() -> bool:
@@ -266,8 +289,8 @@ def require_attention(cfg: Config, command: str, reason: str | None = None) -> N
         raise ConfigError(f"{command} does not apply to model.kind = "
                           f"{cfg.model_kind!r}: {reason}")
     raise ConfigError(f"{command} is not available for model.kind = {cfg.model_kind!r} yet; "
-                      "for it use sgd, ode, sde, compare, sweep, schedule and fit "
-                      "(docs/models.md)")
+                      "for it use sgd, ode, sde, compare, sweep, schedule, fit, phases, escape "
+                      "and scaling (docs/models.md)")
 
 
 def describe_model(cfg: Config) -> str:

@@ -1,5 +1,5 @@
 """`headflow escape CONFIG`: escape times versus D against the parameter-free SDE prediction
-and the calibrated linear-stability prediction."""
+and (attention model) the calibrated linear-stability prediction."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from dynamics.measures import ESCAPE_THRESHOLD
 
 from .._json import write as write_json
 from .._rundir import run_dir
-from ..experiments.escape import EXTRAPOLATE, escape_study
+from ..experiments.escape import EXTRAPOLATE, escape_study, linear_theory_reason
 from ..plots.phases import plot_escape
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
-                      positive_float, positive_int, replace_out, show_progress)
-from ._common import require_attention
+                      positive_float, positive_int, replace_out, require_units, show_progress)
 
 
 def dims_list(text: str) -> list[int]:
@@ -44,21 +43,27 @@ def extrapolate_list(text: str) -> list[int]:
     return sorted(set(dims))
 
 
+N_TIMES = 121
+"""Default save points of the linear-stability integration (`--n-times`)."""
+
 EXAMPLE = "headflow escape validation/configs/escape.toml --dims 250,500,1000 --seeds 16"
 """Shown at the end of `--help`."""
 
 
 def register(sub) -> None:
-    p = sub.add_parser("escape", help="escape times vs D against the SDE and the "
+    p = sub.add_parser("escape", help="escape times vs D against the SDE and (attention) the "
                        "linear-stability predictions (--dims, --seeds, --paths)",
                        description="Run online SGD at each D of --dims over --seeds, measure "
                        "the escape time from the unspecialized plateau of every run, fit its "
                        "slope in ln D with a 95% interval, and compare with the parameter-free "
                        "prediction of the overlaps' SDE (--paths paths at each D and at the "
-                       "--extrapolate dimensions; no fitted constant) and with the calibrated "
-                       "tangent-linear prediction along the symmetric trajectory (one fitted "
-                       "offset). Writes escape.json, escape.npz, escape.png. See "
-                       "docs/phases.md and docs/sde.md.")
+                       "--extrapolate dimensions; no fitted constant) and, for the attention "
+                       "model, with the calibrated tangent-linear prediction along the "
+                       "symmetric trajectory (one fitted offset; not computed for other "
+                       "models, which the report says). Heads are the model's student units "
+                       "(committee: hidden units, alignment R/√Q). Writes escape.json, "
+                       "escape.npz, escape.png. See docs/phases.md, docs/sde.md and "
+                       "docs/committee.md.")
     add_config_args(p)
     p.add_argument("--dims", type=dims_list, default=[250, 500, 1000, 2000, 4000],
                    help="comma-separated dimensions D (default 250,500,1000,2000,4000)")
@@ -68,8 +73,9 @@ def register(sub) -> None:
                    "escaped by then are reported as censored")
     p.add_argument("--threshold", type=positive_float, default=ESCAPE_THRESHOLD,
                    help=f"head-spread level of the escape (default {ESCAPE_THRESHOLD})")
-    p.add_argument("--n-times", type=positive_int, default=121, dest="n_times",
-                   help="save points of the linear-stability integration (default 121)")
+    p.add_argument("--n-times", type=positive_int, default=None, dest="n_times",
+                   help=f"save points of the linear-stability integration (default {N_TIMES}; "
+                   "attention model only)")
     p.add_argument("--paths", type=positive_int,
                    help="SDE paths per D (overrides sde.paths)")
     p.add_argument("--extrapolate", type=extrapolate_list,
@@ -80,15 +86,22 @@ def register(sub) -> None:
                    help="skip the SDE prediction (only SGD and the linear stability)")
     p.add_argument("--engine-field", action="store_true",
                    help="use the engine's Monte Carlo nodes instead of the head-permutation-"
-                   "closed ones for the linear stability (not exactly equivariant)")
+                   "closed ones for the linear stability (not exactly equivariant; attention "
+                   "model only)")
     p.set_defaults(func=run)
 
 
 def run(args) -> dict:
     cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max", paths="sde.paths")
-    require_attention(cfg, "escape")
-    if cfg.model.H < 2:
-        raise ConfigError(f"model.H = {cfg.model.H}: escape times need at least 2 heads")
+    require_units(cfg, "escape times need")
+    reason = linear_theory_reason(cfg)
+    if reason is not None:
+        for flag, given in (("--n-times", args.n_times is not None),
+                            ("--engine-field", args.engine_field)):
+            if given:
+                raise ConfigError(f"{flag}: sets the linear-stability prediction, which is "
+                                  f"not computed for model.kind = {cfg.model_kind!r}")
+    n_times = N_TIMES if args.n_times is None else args.n_times
     sde = not args.no_sde
     extrapolate = args.extrapolate if sde else []
     check_dims(cfg, [*args.dims, *extrapolate])
@@ -106,7 +119,7 @@ def run(args) -> dict:
                                  "sde": "float64"}}) as rd:
         with rd.timed("escape"):
             report, arrays = escape_study(cfg, args.dims, cfg.sim.seeds,
-                                          threshold=args.threshold, n_times=args.n_times,
+                                          threshold=args.threshold, n_times=n_times,
                                           equivariant=not args.engine_field,
                                           sde_paths=paths, extrapolate=extrapolate,
                                           progress=show_progress())
@@ -155,9 +168,13 @@ def summary_lines(report: dict) -> list[str]:
         head += (f"; SDE (parameter-free) {_num(report['slope_sde'])} "
                  f"{_interval(report['slope_sde_ci'])} (95%, {report['paths_sde']} paths per D)")
     lines.append(head)
-    lines.append(f"  calibrated linear stability (offset c' = {report['offset']:.3f} fitted to "
-                 f"the measured means): slope {report['slope_predicted']:.3f} "
-                 f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'})")
+    linear = report.get("linear_stability", True)
+    if linear:
+        lines.append(f"  calibrated linear stability (offset c' = {report['offset']:.3f} fitted "
+                     f"to the measured means): slope {report['slope_predicted']:.3f} "
+                     f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'})")
+    else:
+        lines.append(f"  {report['linear_stability_reason']}")
     for i, D in enumerate(report["dims"]):
         line = (f"  D = {D}: measured mean {_num(report['escape_mean'][i])} "
                 f"{_interval(report['escape_ci'][i])} (95%), censored {report['censored'][i]}"
@@ -170,11 +187,12 @@ def summary_lines(report: dict) -> list[str]:
                      f"{_yes(report['agrees_sde_mean'][i])}")
         lines.append(line)
     if sde and report["extrapolation"]:
-        lines.append("extrapolation (SDE only; calibrated linear prediction in brackets):")
+        lines.append("extrapolation (SDE only"
+                     + ("; calibrated linear prediction in brackets):" if linear else "):"))
         for e in report["extrapolation"]:
             lines.append(_stats_line(f"D = {e['dim']}", e["mean"], e["quantiles"],
                                      e["escaped_fraction"], e["censored"])
-                         + f" [calibrated {_num(e['calibrated'])}]")
+                         + (f" [calibrated {_num(e['calibrated'])}]" if linear else ""))
     if sde:
         n_in = sum(v is True for v in report["agrees_sde_mean"])
         lines.append(f"verdict: SDE mean inside the measured 95% interval of the mean at {n_in} "
@@ -182,7 +200,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"interval: {_yes(report['agrees_sde_slope'])}")
         if report["slope_sde"] is None:
             lines.append(f"no SDE slope: {report['slope_sde_reason']}")
-    if report["agrees"] is None:
+    if linear and report["agrees"] is None:
         lines.append(f"no verdict for the calibrated prediction: {report['agrees_reason']}")
     if any(report["censored"]):
         lines.append("warning: some SGD runs had not escaped by t_max (left out of the fit, "

@@ -11,11 +11,10 @@ from sims import run_sgd
 
 from .._json import write as write_json
 from .._rundir import run_dir
-from ..experiments.phases import detect_phases, ode_trajectory, seed_summary
-from ..plots.phases import plot_phases
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
-                      positive_int, replace_out, show_progress)
-from ._common import require_attention
+from ..experiments.phases import layout_phases, ode_trajectory, seed_summary
+from ..plots.phases import alignment_labels, plot_phases
+from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
+                      positive_float, positive_int, replace_out, require_units, show_progress)
 
 
 EXAMPLE = "headflow phases validation/configs/staged.toml"
@@ -30,7 +29,9 @@ def register(sub) -> None:
                        "unspecialized plateau (entry, exit), the specialization stages (time, "
                        "feature, which heads went which way) and the excursions of each run "
                        "(phases.json, phases_ode.png, phases_sgd.png, sgd.npz, ode.npz). "
-                       "Definitions: docs/phases.md.")
+                       "Heads are the model's student units and features the teacher's "
+                       "directions (committee: hidden units, alignment R/√Q). Definitions: "
+                       "docs/phases.md, docs/committee.md.")
     add_config_args(p)
     p.add_argument("--dim", type=positive_int, help="D (overrides sim.dim)")
     p.add_argument("--seeds", type=positive_int, help="number of seeds (overrides sim.seeds)")
@@ -40,22 +41,34 @@ def register(sub) -> None:
                    help="ODE only, from a random start at sim.dim ([ode] init)")
     p.add_argument("--engine-field", action="store_true",
                    help="integrate with the engine's nodes instead of head-permutation-closed "
-                   "ones (see docs/phases.md)")
+                   "ones (see docs/phases.md; attention model only)")
     p.set_defaults(func=run)
 
 
 def run(args) -> dict:
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
-    require_attention(cfg, "phases")
-    if cfg.model.H < 2:
-        raise ConfigError(f"model.H = {cfg.model.H}: phases need at least 2 heads")
-    if cfg.ode.form != "manifold":
+    require_units(cfg, "phases need")
+    attention = cfg.model_kind == "attention"
+    if attention and cfg.ode.form != "manifold":
         raise ConfigError("phases integrates the manifold ODE (ode.form = 'manifold')")
+    if not attention and args.engine_field:
+        raise ConfigError("--engine-field: chooses the nodes of the attention model's manifold "
+                          f"field; model.kind = {cfg.model_kind!r} integrates its configured "
+                          "field ([ode] expectation)")
+    layout = cfg.build_model().layout
+    a_name, g_name = layout.alignment
+    _, feature, _ = alignment_labels(layout)
     theta = args.threshold
     out = out_dir(args, "phases", cfg, extra=f"{theta}{args.no_sgd}{args.engine_field}")
     times = cfg.save_times()
-    summary: dict = {"threshold": theta, "dim": cfg.sim.dim,
-                     "equivariant_field": not args.engine_field}
+    summary: dict = {"threshold": theta, "dim": cfg.sim.dim}
+    if attention:
+        summary["equivariant_field"] = not args.engine_field
+    else:
+        summary.update(model_kind=cfg.model_kind, alignment=[a_name, g_name],
+                       ode_expectation=cfg.ode.expectation)
+    units = (f"{cfg.model.H} {cfg.model.activation} heads" if attention
+             else describe_model(cfg))
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="phases", config_toml=cfg.to_toml(),
@@ -67,30 +80,30 @@ def run(args) -> dict:
             sa = sgd.arrays()
             rd.save_npz("sgd.npz", sa)
             ov0 = jax.tree.map(lambda x: x[0, 0], sgd.overlaps)
-            per_seed = [detect_phases(sa["t"], sa["m"][i], sa["q"][i], threshold=theta)
+            per_seed = [layout_phases(sa["t"], {k: sa[k][i] for k in layout.alignment},
+                                      layout, threshold=theta)
                         for i in range(len(sgd.seeds))]
             summary["sgd"] = {**seed_summary(per_seed), "seeds_list": list(sgd.seeds),
                               "per_seed": [p.to_dict() for p in per_seed]}
             plot_phases(rd.path("phases_sgd.png"), sa["t"], sa["risk"][0],
-                        alignment(sa["m"][0], sa["q"][0]), per_seed[0],
-                        title=f"SGD seed {sgd.seeds[0]}, D = {sgd.dim}, "
-                        f"{cfg.model.H} {cfg.model.activation} heads")
+                        alignment(sa[a_name][0], sa[g_name][0]), per_seed[0],
+                        title=f"SGD seed {sgd.seeds[0]}, D = {sgd.dim}, {units}", layout=layout)
         with rd.timed("ode"):
             oa = ode_trajectory(cfg, ov0, times, equivariant=not args.engine_field,
                                 progress=show_progress())
         rd.save_npz("ode.npz", oa)
-        ph = detect_phases(oa["t"], oa["m"], oa["q"], threshold=theta)
+        ph = layout_phases(oa["t"], oa, layout, threshold=theta)
         summary["ode"] = ph.to_dict()
         start = "SGD seed 0's measured initial overlaps" if ov0 is not None else \
             f"a random start at D = {cfg.sim.dim}"
         plot_phases(rd.path("phases_ode.png"), oa["t"], oa["risk"],
-                    alignment(oa["m"], oa["q"]), ph,
-                    title=f"ODE from {start}, {cfg.model.H} {cfg.model.activation} heads")
+                    alignment(oa[a_name], oa[g_name]), ph, title=f"ODE from {start}, {units}",
+                    layout=layout)
         write_json(rd.path("phases.json"), summary)
     o = summary["ode"]
     line = (f"ODE: plateau {_fmt(o['plateau_entry'])} → {_fmt(o['plateau_exit'])}, stages "
-            + (", ".join(f"f{s['feature']} at t={s['time']:.2f} (+{s['plus']} / −{s['minus']})"
-                         for s in o["stages"]) or "none"))
+            + (", ".join(f"{feature}{s['feature']} at t={s['time']:.2f} (+{s['plus']} / "
+                         f"−{s['minus']})" for s in o["stages"]) or "none"))
     print(line)
     if "sgd" in summary:
         s = summary["sgd"]

@@ -11,7 +11,6 @@ from ..experiments.scaling import SLOPE_EXPECTED, scaling_study
 from ..plots.scaling import plot_scaling
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir, positive_int,
                       replace_out, show_progress)
-from ._common import require_attention
 from .escape import dims_list
 
 EXAMPLE = ("headflow scaling validation/configs/theory_vs_sgd.toml --dims 250,500,1000,2000 "
@@ -23,7 +22,9 @@ def register(sub) -> None:
     p = sub.add_parser("scaling", help="ODE–SGD deviation vs D and its log-log slope (--dims)",
                        description="At every D of --dims, run SGD over --seeds and the ODE from "
                        "the seed mean of the measured initial overlaps; measure the RMS "
-                       "distance of single runs' order parameters from the ODE before the "
+                       "distance of single runs' order parameters (those of the model's "
+                       "layout: m, q, n, s, b for attention; Q, R, v for the committee) from "
+                       "the ODE before the "
                        "escape (the pre-escape window of the smallest D, t > 0), fit its slope "
                        "in log D with a 95% interval and test it against -1/2. Writes "
                        "scaling.json, scaling.npz, scaling.png. See docs/ode.md.")
@@ -40,7 +41,6 @@ def register(sub) -> None:
 
 def run(args) -> dict:
     cfg = config_from_args(args, seeds="sim.seeds")
-    require_attention(cfg, "scaling")
     if len(args.dims) < 3:
         raise ConfigError(f"--dims: need at least three dimensions for a slope interval, got "
                           f"{','.join(map(str, args.dims))}")

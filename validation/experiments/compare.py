@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
-from dynamics.measures import escape_quantiles, escape_time
+from dynamics.measures import ESCAPE_THRESHOLD, escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
                           model_arrays, model_field, risk_rule, run_ode, sized, solve, states_risk,
                           traced_values)
@@ -129,12 +129,13 @@ def _deviations(sgd: dict[str, np.ndarray], center: dict[str, np.ndarray], t_pre
     return rep
 
 
-def escapes_of(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout = ATTENTION
-               ) -> list[float | None]:
+def escapes_of(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout = ATTENTION, *,
+               threshold: float = ESCAPE_THRESHOLD) -> list[float | None]:
     """The escape time of every run of an ensemble (arrays `(S, T, ...)`; None: never), from
-    the alignment arrays of `layout` ([`dynamics.measures.escape_time`][])."""
+    the alignment arrays of `layout` ([`dynamics.measures.escape_time`][] at `threshold`)."""
     a, g = layout.alignment
-    return [escape_time(t, arrays[a][i], arrays[g][i]) for i in range(arrays[a].shape[0])]
+    return [escape_time(t, arrays[a][i], arrays[g][i], threshold)
+            for i in range(arrays[a].shape[0])]
 
 
 def _sgd_escapes(sgd: dict[str, np.ndarray], layout: Layout) -> list[float | None]:

@@ -24,6 +24,12 @@ against the linear-stability prediction of [`dynamics.analysis`][].
   not depend on D). Censored paths (no escape by `t_max`) are counted and left out of means and
   fits, as for SGD.
 
+Any model of the family runs through it: "heads" are its student units and the alignment is
+read off the two arrays its [`dynamics.Layout`][] names (`(R, Q)` for the committee machine,
+`docs/committee.md`). The linear-stability prediction is written for the attention model's
+heads only ([`linear_theory_reason`][]); for another model the report says so and gives the
+measured and SDE escape times.
+
 Decisions and their reasons: `docs/phases.md`.
 """
 
@@ -39,11 +45,13 @@ from dynamics import Config, DivergenceError, HeadflowError, StepSizes
 from dynamics import analysis as stab
 from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
                                persistent_crossing)
-from dynamics.ode import BLOWUP, Integrator, backend_of
 from dynamics.models.attention import symmetric_start
+from dynamics.ode import BLOWUP, Integrator, backend_of
+from sims import run_sgd
 from sims.attention import sgd_overlaps
 
 from ._fit import linear_fit
+from .compare import escapes_of
 
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
@@ -122,6 +130,18 @@ def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
     return ManifoldField.build(model, steps, backend_of(cfg), sgd_noise=cfg.ode.sgd_noise)
 
 
+def linear_theory_reason(cfg: Config) -> str | None:
+    """Why the linear-stability prediction is not computed for `cfg` (None: it is). It is
+    written for the attention model: [`dynamics.analysis`][] linearizes the attention field
+    about the head-symmetric trajectory in the head-difference modes
+    ([`dynamics.analysis.HeadModes`][]) of the `Overlaps` state; no other model has them yet."""
+    if cfg.model_kind == "attention":
+        return None
+    return (f"the linear-stability prediction is not computed for model.kind = "
+            f"{cfg.model_kind!r} (dynamics.analysis linearizes the attention model's head "
+            "differences only); the SDE prediction is")
+
+
 def linear_theory(cfg: Config, *, t_max: float | None = None, n_times: int = 121,
                   threshold: float = ESCAPE_THRESHOLD, draws: int = DRAWS,
                   equivariant: bool = True, seed: int = 0) -> LinearTheory:
@@ -150,7 +170,9 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
                      n_save: int | None = None, threshold: float = ESCAPE_THRESHOLD,
                      progress: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """Escape time of every SGD run, `(len(dims), seeds)` with NaN where the run did not
-    escape before `t_max`; and the head-spread trajectories `(seeds, T)` per D."""
+    escape before `t_max`; and the head-spread trajectories `(seeds, T)` per D. Any model:
+    the spread is that of the alignment arrays of the model's [`dynamics.Layout`][] (`(m, q)`
+    of attention heads, `(R, Q)` of committee units)."""
     tr = cfg.training
     t_max = tr.t_max if t_max is None else t_max
     n_save = cfg.output.n_save if n_save is None else n_save
@@ -159,15 +181,26 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
     out = np.full((len(dims), seeds), np.nan)
     spreads = []
     for i, D in enumerate(dims):
-        steps, ov = sgd_overlaps(cfg, dim=int(D), seed_list=seed_list, times=times,
-                                 progress=progress)
-        t = steps / int(D)
-        m, q = np.asarray(ov.m), np.asarray(ov.q)
+        t, m, q = _sgd_alignment(cfg, int(D), seed_list, times, progress)
         spreads.append(head_spread(m, q))                                # (S, T)
         for s in range(seeds):
             c = escape_time(t, m[s], q[s], threshold)
             out[i, s] = np.nan if c is None else c
     return out, spreads
+
+
+def _sgd_alignment(cfg: Config, D: int, seed_list: list[int], times: np.ndarray,
+                   progress: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(t, a, g)`: the times and the two alignment arrays of the model's layout (seed axis
+    first) of SGD at D over `seed_list` (the attention model skips the recorded risk)."""
+    if cfg.model_kind == "attention":
+        steps, ov = sgd_overlaps(cfg, dim=D, seed_list=seed_list, times=times,
+                                 progress=progress)
+        return steps / D, np.asarray(ov.m), np.asarray(ov.q)
+    sgd = run_sgd(cfg, dim=D, seeds=len(seed_list), times=times, progress=progress)
+    a, g = sgd.model.layout.alignment
+    arrays = sgd.arrays()
+    return arrays["t"], arrays[a], arrays[g]
 
 
 def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
@@ -267,7 +300,8 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
                      progress: bool = False) -> SDEEscapes:
     """Run `paths` paths of the overlaps' SDE at each D of `dims` to `training.t_max` (on the
     `[output]` grid, `[sde]` settings) and measure each path's escape time with
-    [`dynamics.measures.escape_time`][] at `threshold`, as for SGD.
+    [`dynamics.measures.escape_time`][] at `threshold` on the alignment arrays of the model's
+    [`dynamics.Layout`][], as for SGD.
 
     **Raises:** [`dynamics.DivergenceError`][] when any path diverges (NaN/inf or overlaps above
     the blow-up level), as `headflow sde` does; paths that only left the PSD cone are kept and
@@ -275,6 +309,7 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
     from dynamics.sde import run_sde
 
     dims = [int(d) for d in dims]
+    layout = cfg.build_model().layout
     out = np.full((len(dims), int(paths)), np.nan)
     invalid, info, t0 = [], {}, time.perf_counter()
     for i, D in enumerate(dims):
@@ -287,11 +322,8 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
                 f"{len(bad)} of {len(bounded)} SDE paths at D = {D} diverged (NaN/inf or "
                 f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g}, path "
                 f"{int(bad[0])}); try a smaller sde.dt (now {cfg.sde.dt:g}) or training.lr")
-        t = np.asarray(res.t)
-        m, q = np.asarray(res.overlaps.m), np.asarray(res.overlaps.q)
-        for j in range(m.shape[0]):
-            c = escape_time(t, m[j], q[j], threshold)
-            out[i, j] = np.nan if c is None else c
+        esc = escapes_of(np.asarray(res.t), res.arrays(), layout, threshold=threshold)
+        out[i] = [np.nan if c is None else c for c in esc]
         invalid.append(int((~res.paths_valid).sum()))
         info = {k: v for k, v in res.info.items() if k not in ("dim", "first_group_s",
                                                                 "solve_s")}
@@ -361,6 +393,64 @@ def sde_report(dims, measured: np.ndarray, sde: np.ndarray, *, extrapolate=(),
     }
 
 
+def _linear_prediction(theory: LinearTheory, dims: list[int], times: np.ndarray, fit: dict,
+                       t_max: float) -> tuple[dict, dict]:
+    """The linear-stability keys of the report (calibrated offset, predicted slope and escape
+    times, growth rates at the escape) and their arrays."""
+    offset = calibrate_offset(theory, dims, times)
+    slope_pred = predicted_slope(theory, dims, times, offset)
+    pred = theory.escape_times(dims, offset)
+    pred0 = theory.escape_times(dims, 0.0)
+    try:
+        slope_pred0 = predicted_slope(theory, dims, times, 0.0)
+    except HeadflowError:
+        slope_pred0 = None
+    lam_eig, lam_tl = theory.rate_at(np.nan_to_num(pred, nan=t_max))
+    log_growth = np.asarray(theory.result.log_growth)
+    c_eig = np.interp(np.nan_to_num(pred, nan=t_max), theory.t, log_growth) - 0.5 * np.log(dims)
+    lam_eff = 1.0 / (2.0 * slope_pred) if slope_pred > 0 else None
+    rates = np.asarray(theory.result.growth_rate)
+    k = int(np.argmax(rates))
+    report = {
+        "lambda": lam_eff,
+        "slope_predicted": slope_pred,
+        "agrees": (bool(fit["ci"][0] <= slope_pred <= fit["ci"][1]) if lam_eff is not None
+                   else None),
+        "agrees_reason": (None if lam_eff is not None else
+                          "no prediction: the linear theory's escape times do not grow with "
+                          "ln D over these dimensions (raise training.t_max or use dimensions "
+                          "whose runs escape)"),
+        "slope_predicted_initial": slope_pred0,
+        "offset": offset,
+        "escape_predicted": [None if np.isnan(p) else float(p) for p in pred],
+        "escape_predicted_initial": [None if np.isnan(p) else float(p) for p in pred0],
+        "lambda_at_escape": [float(x) for x in lam_eig],
+        "growth_rate_at_escape": [float(x) for x in lam_tl],
+        "c_eigenvalue_formula": [float(x) for x in c_eig],
+        "lambda_max": float(rates[k]), "t_lambda_max": float(theory.t[k]),
+        "eigenvector_labels": list(theory.result.labels),
+        "eigenvector_at_escape": [float(x) for x in np.asarray(theory.result.eigenvector)[
+            int(np.argmin(np.abs(theory.t - np.nan_to_num(np.nanmedian(pred), nan=t_max))))]],
+    }
+    res = theory.result
+    arrays = {"t": theory.t, "growth_rate": np.asarray(res.growth_rate),
+              "log_growth": log_growth, "finite_time_rate": res.finite_time_rate(),
+              "median_log_spread": theory.median_log,
+              "eigenvector": np.asarray(res.eigenvector),
+              "symmetric_m": np.asarray(res.symmetric.m[:, 0]),
+              "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
+              "predicted": pred, "predicted_initial": pred0,
+              "draw_escape_initial": theory.draw_escape_times(dims)}
+    return report, arrays
+
+
+LINEAR_KEYS = ("lambda", "slope_predicted", "agrees", "agrees_reason", "slope_predicted_initial",
+               "offset", "escape_predicted", "escape_predicted_initial", "lambda_at_escape",
+               "growth_rate_at_escape", "c_eigenvalue_formula", "lambda_max", "t_lambda_max",
+               "eigenvector_labels", "eigenvector_at_escape")
+"""The report keys of the linear-stability prediction (None where it is not computed)."""
+
+
 def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THRESHOLD,
                  t_max: float | None = None, n_times: int = 121, equivariant: bool = True,
                  sde_paths: int | None = None, extrapolate=(),
@@ -369,6 +459,11 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     and, with `sde_paths`, the parameter-free SDE prediction at `dims` and at the dimensions
     of `extrapolate` ([`sde_escape_times`][], [`sde_report`][]).
 
+    Any model of the family: the escape is read off the alignment arrays of its
+    [`dynamics.Layout`][]. The linear-stability prediction is computed for the attention model
+    only ([`linear_theory_reason`][]); otherwise its keys ([`LINEAR_KEYS`][]) are None,
+    `linear_stability` is false and `linear_stability_reason` says why.
+
     **Returns:** `(report, arrays)`: the report (JSON-able: `lambda`, `slope_predicted`,
     `slope_measured`, `slope_ci`, the SDE keys of [`sde_report`][], and details) and the
     arrays for `escape.npz`/figures.
@@ -376,6 +471,7 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     dims = [int(d) for d in dims]
     t_max = cfg.training.t_max if t_max is None else float(t_max)
     extrapolate = [int(d) for d in extrapolate] if sde_paths else []
+    reason = linear_theory_reason(cfg)
     t0 = time.perf_counter()
     sde = sde_ext = None
     if sde_paths:
@@ -390,40 +486,25 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     times, spreads = sgd_escape_times(cfg, dims, seeds, t_max=t_max, threshold=threshold,
                                       progress=progress)
     t1 = time.perf_counter()
-    theory = linear_theory(cfg, t_max=t_max, n_times=n_times, threshold=threshold,
-                           equivariant=equivariant)
+    theory = (None if reason is not None else
+              linear_theory(cfg, t_max=t_max, n_times=n_times, threshold=threshold,
+                            equivariant=equivariant))
     t2 = time.perf_counter()
     fit = fit_slope(dims, times)
-    offset = calibrate_offset(theory, dims, times)
-    slope_pred = predicted_slope(theory, dims, times, offset)
-    pred = theory.escape_times(dims, offset)
-    pred0 = theory.escape_times(dims, 0.0)
-    try:
-        slope_pred0 = predicted_slope(theory, dims, times, 0.0)
-    except HeadflowError:
-        slope_pred0 = None
-    lam_eig, lam_tl = theory.rate_at(np.nan_to_num(pred, nan=t_max))
-    log_growth = np.asarray(theory.result.log_growth)
-    c_eig = np.interp(np.nan_to_num(pred, nan=t_max), theory.t, log_growth) - 0.5 * np.log(dims)
-    lam_eff = 1.0 / (2.0 * slope_pred) if slope_pred > 0 else None
+    if theory is not None:
+        linear, linear_arrays = _linear_prediction(theory, dims, times, fit, t_max)
+    else:
+        linear, linear_arrays = {k: None for k in LINEAR_KEYS}, {}
+        linear["agrees_reason"] = reason
     censored = np.isnan(times).sum(axis=1)
-    rates = np.asarray(theory.result.growth_rate)
-    k = int(np.argmax(rates))
     report = {
-        "lambda": lam_eff,
-        "slope_predicted": slope_pred,
+        "lambda": linear["lambda"],
+        "slope_predicted": linear["slope_predicted"],
         "slope_measured": fit["slope"],
         "slope_ci": fit["ci"],
         "slope_stderr": fit["stderr"],
         "intercept_measured": fit["intercept"],
-        "agrees": (bool(fit["ci"][0] <= slope_pred <= fit["ci"][1]) if lam_eff is not None
-                   else None),
-        "agrees_reason": (None if lam_eff is not None else
-                          "no prediction: the linear theory's escape times do not grow with "
-                          "ln D over these dimensions (raise training.t_max or use dimensions "
-                          "whose runs escape)"),
-        "slope_predicted_initial": slope_pred0,
-        "offset": offset,
+        **{k: linear[k] for k in LINEAR_KEYS[2:6]},
         "dims": dims, "seeds": int(seeds), "threshold": threshold, "t_max": t_max,
         "escape_mean": [float(np.nanmean(r)) if np.isfinite(r).any() else None for r in times],
         "escape_sem": [float(np.nanstd(r, ddof=1) / np.sqrt(np.isfinite(r).sum()))
@@ -431,25 +512,20 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
         "escape_ci": [escape_stats(r)["ci"] for r in times],
         "escape_quantiles": [escape_stats(r)["quantiles"] for r in times],
         "censored": [int(c) for c in censored],
-        "escape_predicted": [None if np.isnan(p) else float(p) for p in pred],
-        "escape_predicted_initial": [None if np.isnan(p) else float(p) for p in pred0],
-        "lambda_at_escape": [float(x) for x in lam_eig],
-        "growth_rate_at_escape": [float(x) for x in lam_tl],
-        "c_eigenvalue_formula": [float(x) for x in c_eig],
-        "lambda_max": float(rates[k]), "t_lambda_max": float(theory.t[k]),
-        "eigenvector_labels": list(theory.result.labels),
-        "eigenvector_at_escape": [float(x) for x in np.asarray(theory.result.eigenvector)[
-            int(np.argmin(np.abs(theory.t - np.nan_to_num(np.nanmedian(pred), nan=t_max))))]],
-        "equivariant_field": equivariant,
-        "wall_s": {"sgd": t1 - t0, "linear_theory": t2 - t1},
+        **{k: linear[k] for k in LINEAR_KEYS[6:]},
+        "equivariant_field": equivariant if theory is not None else None,
+        "linear_stability": theory is not None,
+        "linear_stability_reason": reason,
+        "wall_s": {"sgd": t1 - t0, "linear_theory": t2 - t1 if theory is not None else None},
         "sde": sde_paths is not None and sde_paths > 0,
     }
     if sde is not None:
         ext_times = None if sde_ext is None else sde_ext.times
         report.update(sde_report(dims, times, sde.times, extrapolate=extrapolate,
                                  sde_extrapolate=ext_times))
-        calibrated = (np.asarray(theory.escape_times(extrapolate, offset)) if extrapolate
-                      else np.empty(0))
+        calibrated = (np.asarray(theory.escape_times(extrapolate, linear["offset"]))
+                      if extrapolate and theory is not None
+                      else np.full(len(extrapolate), np.nan))
         for entry, c, k in zip(report["extrapolation"], calibrated,
                                [] if sde_ext is None else sde_ext.invalid):
             entry["calibrated"] = None if np.isnan(c) else float(c)
@@ -459,17 +535,9 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
         report["sde_paths_invalid"] = sde.invalid
         report["sde_settings"] = sde.info
         report["wall_s"]["sde"] = t_sde
-    res = theory.result
-    arrays = {"dims": np.asarray(dims), "escape_times": times, "t": theory.t,
+    arrays = {"dims": np.asarray(dims), "escape_times": times,
               "sgd_t": np.linspace(0.0, t_max, cfg.output.n_save),
-              "sgd_spread": np.stack(spreads),
-              "growth_rate": np.asarray(res.growth_rate), "log_growth": log_growth,
-              "finite_time_rate": res.finite_time_rate(), "median_log_spread": theory.median_log,
-              "eigenvector": np.asarray(res.eigenvector),
-              "symmetric_m": np.asarray(res.symmetric.m[:, 0]),
-              "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
-              "predicted": pred, "predicted_initial": pred0,
-              "draw_escape_initial": theory.draw_escape_times(dims)}
+              "sgd_spread": np.stack(spreads), **linear_arrays}
     if sde is not None:
         arrays["sde_escape_times"] = sde.times
         arrays["extrapolate_dims"] = np.asarray(extrapolate, dtype=np.int64)
@@ -481,6 +549,7 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     return report, arrays
 
 
-__all__ = ["LinearTheory", "linear_theory", "sgd_escape_times", "fit_slope", "calibrate_offset",
-           "predicted_slope", "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report",
-           "escape_study", "EXTRAPOLATE", "STAT_QUANTILES"]
+__all__ = ["LinearTheory", "linear_theory", "linear_theory_reason", "LINEAR_KEYS",
+           "sgd_escape_times", "fit_slope", "calibrate_offset", "predicted_slope",
+           "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report", "escape_study",
+           "EXTRAPOLATE", "STAT_QUANTILES"]

@@ -21,6 +21,11 @@ Definitions, thresholds and their justification: `docs/phases.md`.
   the exit. With `a < θ` at the exit (no mean direction to learn) the plateau starts at `t_0`.
 - **excursions**: a head whose alignment with a feature reverses sign, from `≥ θ` to `≤ −θ` or
   back (hysteresis band `±θ`), with the time it leaves, crosses zero and arrives.
+
+Any model of the family: "heads" are its exchangeable student units and "features" the
+teacher's directions, the alignment being read off the two arrays its [`dynamics.Layout`][]
+names (`(m, q)` for attention, `(R, Q)` for the committee machine, whose features are the
+teacher's M hidden units: `α_in = R_in/√Q_ii`); [`layout_phases`][] does the look-up.
 """
 
 from __future__ import annotations
@@ -32,10 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import ORDER_PARAMETERS
+from dynamics import ORDER_PARAMETERS, Layout
 from dynamics.measures import ESCAPE_THRESHOLD, alignment, persistent_crossing
-from dynamics.ode import Integrator, backend_of, initial_state, integrate
 from dynamics.models.attention import trajectory_risk
+from dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
 
 from .escape import manifold_field
 
@@ -294,6 +299,14 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
                   final_alignment=alpha[-1], separation_times=sep, feature_times=feature_times)
 
 
+def layout_phases(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout, *,
+                  threshold: float = ESCAPE_THRESHOLD) -> Phases:
+    """[`detect_phases`][] of one run given by its named arrays (`(T, ...)`, as in `ode.npz`
+    or one seed of `sgd.npz`), on the alignment arrays of `layout`."""
+    a, g = layout.alignment
+    return detect_phases(t, arrays[a], arrays[g], threshold=threshold)
+
+
 def seed_summary(phases: list[Phases]) -> dict:
     """Aggregate over SGD seeds: plateau exit mean / SEM / count, the distribution of stage
     orders (as strings like `"1-2-3"`), and the per-stage mean times of the most common order."""
@@ -317,7 +330,12 @@ def seed_summary(phases: list[Phases]) -> dict:
 
 
 def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False) -> dict:
-    """The manifold ODE from `ov0` on `times` (float64), with its risk: `ode.npz` arrays."""
+    """The manifold ODE from `ov0` (default: `[ode] init`) on `times` (float64), with its
+    risk: `ode.npz` arrays. A model other than attention integrates its configured field
+    ([`dynamics.ode.run_ode`][]; `equivariant` is about the attention field's nodes and does
+    not apply)."""
+    if cfg.model_kind != "attention":
+        return run_ode(cfg, ov0, times, progress=progress).arrays()
     model = cfg.build_model()
     field = manifold_field(cfg, model, equivariant=equivariant)
     ov0 = initial_state(cfg, model) if ov0 is None else ov0

@@ -7,11 +7,12 @@ in its canonical head order. The deviation at D is
 
     δ(D) = sqrt( mean over seeds i and saved times 0 < t ≤ t_w of |Ω_i(t) − Ω_ODE(t)|² ),
 
-`Ω = (m, q, n, s, b)` (every entry), over the pre-escape window `t ≤ t_w` of the **smallest**
-D (the first escape of any of its runs or of its ODE: the plateau lasts longer at larger D, so
-this window is inside every D's plateau, and every D is compared over the same times). `t = 0`
-is left out: there the deviation is the spread of the initial overlaps about their seed mean,
-`∝ D^{-1/2}` by construction and no test of the dynamics.
+`Ω` every entry of the order parameters the model's [`dynamics.Layout`][] names (`(m, q, n, s,
+b)` for attention, `(Q, R, v)` for the committee machine), over the pre-escape window `t ≤ t_w`
+of the **smallest** D (the first escape of any of its runs or of its ODE: the plateau lasts
+longer at larger D, so this window is inside every D's plateau, and every D is compared over the
+same times). `t = 0` is left out: there the deviation is the spread of the initial overlaps
+about their seed mean, `∝ D^{-1/2}` by construction and no test of the dynamics.
 
 Before the escape a single run is `Ω_i = Ω_ODE + ξ_i/√D + O(1/D)` with `ξ_i` of order one (the
 random start, then the noise of every step), so `δ ∝ D^{-1/2}` at leading order. The slope of
@@ -46,17 +47,21 @@ ROW_KEYS = ("delta", "delta_se", "bias", "spread", "noise_level", "risk_rms")
 `scaling.npz`."""
 
 
-def order_vector(arrays: dict[str, np.ndarray], lead: int) -> np.ndarray:
-    """Every entry of the order parameters `(m, q, n, s, b)` as one vector per time: `lead = 1`
-    for one run (`(T, …)` → `(T, P)`), `lead = 2` for seeds (`(S, T, …)` → `(S, T, P)`)."""
+def order_vector(arrays: dict[str, np.ndarray], lead: int,
+                 names: Sequence[str] = ORDER_PARAMETERS) -> np.ndarray:
+    """Every entry of the order parameters `names` (default the attention model's `(m, q, n,
+    s, b)`; a model's `layout.names`) as one vector per time: `lead = 1` for one run
+    (`(T, …)` → `(T, P)`), `lead = 2` for seeds (`(S, T, …)` → `(S, T, P)`)."""
     return np.concatenate([np.asarray(arrays[k]).reshape(*np.shape(arrays[k])[:lead], -1)
-                           for k in ORDER_PARAMETERS], axis=-1)
+                           for k in names], axis=-1)
 
 
 def deviation(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], t_window: float, *,
-              bootstrap: int = BOOTSTRAP, seed: int = 0) -> dict:
+              bootstrap: int = BOOTSTRAP, seed: int = 0,
+              names: Sequence[str] = ORDER_PARAMETERS) -> dict:
     """`δ` of the SGD seeds `sgd` (arrays `(S, T, …)`) from the ODE `ode` (`(T, …)`, the same
-    grid), both in canonical head order, over the saved times `0 < t ≤ t_window`.
+    grid), both in canonical head order, over the saved times `0 < t ≤ t_window`, on the
+    order parameters `names` ([`order_vector`][]).
 
     **Returns:** `delta`, `delta_se` (seed-bootstrap standard deviation), `bias` and `spread`
     (`δ² = bias² + spread²`, the spread taken about the seed mean without a degrees-of-freedom
@@ -72,7 +77,7 @@ def deviation(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], t_window: 
                             f"holds no saved time (first save after 0 at t = "
                             f"{t[t > 0].min() if (t > 0).any() else float('nan'):.4g}); save more "
                             "often (output.n_save) or start at a larger dimension")
-    X, Xo = order_vector(sgd, 2)[:, w], order_vector(ode, 1)[w]      # (S, W, P), (W, P)
+    X, Xo = order_vector(sgd, 2, names)[:, w], order_vector(ode, 1, names)[w]  # (S,W,P), (W,P)
     sq = ((X - Xo) ** 2).sum(-1)                                         # (S, W)
     mean = X.mean(axis=0)
     rel = (np.asarray(sgd["risk"])[:, w] - ode["risk"][w]) / ode["risk"][w]
@@ -93,7 +98,7 @@ def loglog_fit(dims: Sequence[int], values: Sequence[float], level: float = 0.95
 
 
 def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]], *,
-                   level: float = 0.95) -> dict:
+                   level: float = 0.95, names: Sequence[str] = ORDER_PARAMETERS) -> dict:
     """The study from `runs`, one `(sgd arrays, ode arrays, compare report)` per D of `dims`
     (ascending; arrays in canonical head order): the window, the per-D rows
     ([`deviation`][]), the log-log fits of `δ` (the verdict) and of the diagnostics, and the
@@ -101,12 +106,13 @@ def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]],
     `law`: the check of `δ ∝ D^{−1/2}` against the seed-bootstrap errors of `δ`
     ([`law_check`][validation.experiments._fit.law_check] on `ln δ`, errors `δ_se/δ`). With few
     D the OLS interval rests on the scatter of a few points, which can be smaller than their
-    errors; the check uses the errors."""
+    errors; the check uses the errors. `names`: the order parameters of `δ` (a model's
+    `layout.names`), reported as `order_parameters`."""
     if len(dims) < 3:
         raise HeadflowError(f"finite-size scaling: need at least three dimensions for a slope "
                             f"interval, got {len(dims)}")
     t_window = runs[0][2]["pre_escape"]["t_end"]
-    rows = [deviation(s, o, t_window) for s, o, _ in runs]
+    rows = [deviation(s, o, t_window, names=names) for s, o, _ in runs]
     fits = {k: loglog_fit(dims, [r[k] for r in rows], level)
             for k in ("delta", "bias", "spread", "risk_rms")}
     lo, hi = fits["delta"]["ci"]
@@ -114,6 +120,7 @@ def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]],
     law = law_check(np.log(np.asarray(dims, dtype=np.float64)), np.log(delta),
                     np.asarray([r["delta_se"] for r in rows]) / delta, SLOPE_EXPECTED)
     return {"dims": [int(d) for d in dims], "seeds": int(runs[0][0]["risk"].shape[0]),
+            "order_parameters": list(names),
             "t_window": float(t_window), "points": [r["points"] for r in rows],
             **{k: [r[k] for r in rows] for k in ROW_KEYS},
             "slope": fits["delta"]["slope"], "slope_ci": fits["delta"]["ci"],
@@ -158,7 +165,9 @@ def compare_at(cfg: Config, D: int, *, seeds: int | None = None,
              else "weights" if D <= weights_up_to else "overlaps")
     sgd, ode, rep = compare(cfg.replace(**{"sim.dim": int(D), "sim.space": space}), seeds=seeds,
                             theory="ode", progress=progress)
-    return canonicalize_seeds(sgd.arrays()), canonicalize(ode.arrays()), rep, space
+    layout = cfg.build_model().layout
+    return (canonicalize_seeds(sgd.arrays(), layout), canonicalize(ode.arrays(), layout), rep,
+            space)
 
 
 def scaling_study(cfg: Config, dims: Sequence[int], *, seeds: int | None = None,
@@ -181,6 +190,6 @@ def scaling_study(cfg: Config, dims: Sequence[int], *, seeds: int | None = None,
                      **final_risks(s, o)})
         if on_dim is not None:
             on_dim(D, rows[-1])
-    report = scaling_report(dims, runs)
+    report = scaling_report(dims, runs, names=cfg.build_model().layout.names)
     report["per_dim"] = rows
     return report, figure_arrays(report, runs)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from dynamics import ATTENTION, Layout
+
 from . import pyplot as plt
 
 from ..experiments.phase_diagram import PHASE_CLASSES
@@ -14,21 +16,34 @@ from ..experiments.phases import Phases
 PHASE_COLORS = ("#d9d9d9", "#fdae61", "#2c7bb6", "#d7191c", "#7b3294")
 
 
-def _stage_lines(ax, ph: Phases, *, labels: bool = True) -> None:
+def alignment_labels(layout: Layout = ATTENTION) -> tuple[str, str, str]:
+    """`(unit letter, direction letter, formula of the alignment)` of a model's layout:
+    `("h", "f", "α_hf = m_hf/√q_hh")` for attention heads and features, `("i", "n",
+    "α_in = R_in/√Q_ii")` for the committee's student and teacher units."""
+    if layout == ATTENTION:
+        return "h", "f", "α_hf = m_hf/√q_hh"
+    a, g = layout.alignment
+    return "i", "n", f"α_in = {a}_in/√{g}_ii"
+
+
+def _stage_lines(ax, ph: Phases, *, labels: bool = True, feature: str = "f") -> None:
     if ph.plateau_entry is not None:
         ax.axvline(ph.plateau_entry, color="0.5", ls=":", lw=1)
     for i, s in enumerate(ph.stages):
         ax.axvline(s.time, color=f"C{s.feature % 10}", ls="--", lw=1.2)
         if labels:
-            ax.annotate(f"stage {i + 1}: f{s.feature + 1}", (s.time, 1.0),
+            ax.annotate(f"stage {i + 1}: {feature}{s.feature + 1}", (s.time, 1.0),
                         xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
                         fontsize=7, color=f"C{s.feature % 10}")
 
 
 def plot_phases(path: Path, t: np.ndarray, risk: np.ndarray, alpha: np.ndarray, ph: Phases, *,
-                title: str = "", risk_band: np.ndarray | None = None) -> None:
+                title: str = "", risk_band: np.ndarray | None = None,
+                layout: Layout = ATTENTION) -> None:
     """Risk with the plateau and stage markers, the per-feature head spread, and a heatmap of
-    the head–feature alignment `α_hf(t)` (one row per head and feature)."""
+    the head–feature alignment `α_hf(t)` (one row per head and feature); units, directions and
+    the alignment are labelled as [`alignment_labels`][] says for `layout`."""
+    u, f_, formula = alignment_labels(layout)
     T, H, F = alpha.shape
     fig, axes = plt.subplots(3, 1, figsize=(10, 9), sharex=True,
                              gridspec_kw={"height_ratios": [1.2, 1.0, 0.25 * H * F + 0.6]})
@@ -40,30 +55,30 @@ def plot_phases(path: Path, t: np.ndarray, risk: np.ndarray, alpha: np.ndarray, 
         ax.axvspan(ph.plateau_entry, ph.plateau_exit, color="#fdae61", alpha=0.25,
                    label="unspecialized plateau")
         ax.legend(fontsize=8, loc="upper right")
-    _stage_lines(ax, ph)
+    _stage_lines(ax, ph, feature=f_)
     ax.set_ylabel("risk")
     ax = axes[1]
     for f in range(F):
         ax.plot(t, alpha[:, :, f].max(axis=1) - alpha[:, :, f].min(axis=1), color=f"C{f}",
-                label=f"spread along f{f + 1}")
+                label=f"spread along {f_}{f + 1}")
     ax.axhline(ph.threshold, color="0.4", lw=0.8, ls=":")
     for f, tf in enumerate(ph.feature_times):
         if tf is not None:
             ax.plot([tf], [ph.threshold], marker="v", color=f"C{f}", ms=8, ls="none")
     _stage_lines(ax, ph, labels=False)
-    ax.set_ylabel("max_h α − min_h α\n(▼ feature times)")
+    ax.set_ylabel(f"max_{u} α − min_{u} α\n(▼ feature times)")
     ax.legend(fontsize=8)
     ax = axes[2]
     rows = alpha.reshape(T, H * F).T
     lim = max(1e-3, float(np.nanmax(np.abs(rows))))
     im = ax.imshow(rows, aspect="auto", cmap="RdBu_r", vmin=-lim, vmax=lim,
                    extent=(t[0], t[-1], H * F - 0.5, -0.5), interpolation="nearest")
-    ax.set_yticks(range(H * F), [f"h{h + 1} f{f + 1}" for h in range(H) for f in range(F)],
+    ax.set_yticks(range(H * F), [f"{u}{h + 1} {f_}{f + 1}" for h in range(H) for f in range(F)],
                   fontsize=7)
     for h in range(1, H):
         ax.axhline(h * F - 0.5, color="k", lw=0.6)
     _stage_lines(ax, ph, labels=False)
-    fig.colorbar(im, ax=ax, label="α_hf = m_hf/√q_hh", pad=0.01, fraction=0.03)
+    fig.colorbar(im, ax=ax, label=formula, pad=0.01, fraction=0.03)
     ax.set_xlabel("t = steps / D")
     if title:
         fig.suptitle(title)
@@ -75,7 +90,9 @@ def plot_phases(path: Path, t: np.ndarray, risk: np.ndarray, alpha: np.ndarray, 
 def plot_escape(path: Path, report: dict, arrays: dict) -> None:
     """t_esc versus ln D (runs, means ± SEM, the fitted line with its 95% band, the SDE means
     with their 10–90% bands at the measured dimensions and at the extrapolation, the
-    calibrated linear prediction) and the growth rate λ(t) along the symmetric trajectory."""
+    calibrated linear prediction) and the growth rate λ(t) along the symmetric trajectory;
+    without the linear prediction (models other than attention: `linear_stability` false) the
+    second panel shows the median SGD head spread per D instead."""
     dims = np.asarray(arrays["dims"], dtype=np.float64)
     x = np.log(dims)
     times = arrays["escape_times"]
@@ -105,6 +122,51 @@ def plot_escape(path: Path, report: dict, arrays: dict) -> None:
         ax.plot(xe, a + b * xe, color="C0", ls=":", lw=1, label="fit, extended")
     if sde:
         _plot_sde_escapes(ax, report, x, x_ext, ext)
+    linear = report.get("linear_stability", True)
+    if linear:
+        _plot_linear_escapes(ax, report, arrays, x, x_ext)
+    ax.axhline(report["t_max"], color="0.4", lw=0.6, ls="-.")
+    ax.set_ylim(0.0, 1.08 * float(report["t_max"]))
+    ax.set_xlabel("ln D")
+    ax.set_ylabel("escape time t_esc")
+    all_dims = np.concatenate([dims, [e["dim"] for e in ext]])
+    ax.set_xticks(x_all, [f"{np.log(d):.2f}\n(D={int(d)})" for d in all_dims], fontsize=7)
+    ax.legend(fontsize=7)
+    ax.set_title("escape from the unspecialized plateau (dash-dot: t_max)")
+    if linear:
+        t = arrays["t"]
+        pred = np.asarray(arrays["predicted"], dtype=np.float64)
+        ax2.plot(t, arrays["growth_rate"], color="C3", label="λ(t): max Re eig of the "
+                 "head-difference Jacobian")
+        ax2.plot(t, np.gradient(arrays["median_log_spread"], t), color="C2", ls="--",
+                 label="d/dt ln (linear head spread)")
+        for p in pred[np.isfinite(pred)]:
+            ax2.axvline(p, color="0.6", lw=0.8, ls=":")
+        ax2.axhline(0, color="k", lw=0.5)
+        ax2.set_xlabel("t")
+        ax2.set_ylabel("growth rate")
+        ax2.legend(fontsize=8)
+        ax2.set_title("along the symmetric trajectory (dotted: calibrated predicted escapes)")
+    else:
+        t = np.asarray(arrays["sgd_t"])
+        for i, D in enumerate(dims):
+            ax2.plot(t, np.median(arrays["sgd_spread"][i], axis=0), color=f"C{i % 10}",
+                     label=f"D = {int(D)}")
+        ax2.axhline(report["threshold"], color="0.4", lw=0.8, ls=":")
+        ax2.set_yscale("log")
+        ax2.set_xlabel("t")
+        ax2.set_ylabel("median SGD head spread (dotted: θ)")
+        ax2.legend(fontsize=8)
+        ax2.set_title("linear-stability prediction not computed for this model")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _plot_linear_escapes(ax, report: dict, arrays: dict, x: np.ndarray, x_ext: np.ndarray
+                         ) -> None:
+    """The calibrated linear prediction (with its extrapolation) and the prediction from the
+    initial perturbation alone."""
     pred = np.asarray(arrays["predicted"], dtype=np.float64)
     sp = report["slope_predicted"]
     cal_x, cal_y = x, pred
@@ -118,29 +180,6 @@ def plot_escape(path: Path, report: dict, arrays: dict) -> None:
     if np.isfinite(pred0).any():
         ax.plot(x, pred0, "^:", color="C1", ms=4,
                 label="linear stability, initial perturbation only")
-    ax.axhline(report["t_max"], color="0.4", lw=0.6, ls="-.")
-    ax.set_ylim(0.0, 1.08 * float(report["t_max"]))
-    ax.set_xlabel("ln D")
-    ax.set_ylabel("escape time t_esc")
-    all_dims = np.concatenate([dims, [e["dim"] for e in ext]])
-    ax.set_xticks(x_all, [f"{np.log(d):.2f}\n(D={int(d)})" for d in all_dims], fontsize=7)
-    ax.legend(fontsize=7)
-    ax.set_title("escape from the unspecialized plateau (dash-dot: t_max)")
-    t = arrays["t"]
-    ax2.plot(t, arrays["growth_rate"], color="C3", label="λ(t): max Re eig of the "
-             "head-difference Jacobian")
-    ax2.plot(t, np.gradient(arrays["median_log_spread"], t), color="C2", ls="--",
-             label="d/dt ln (linear head spread)")
-    for p in pred[np.isfinite(pred)]:
-        ax2.axvline(p, color="0.6", lw=0.8, ls=":")
-    ax2.axhline(0, color="k", lw=0.5)
-    ax2.set_xlabel("t")
-    ax2.set_ylabel("growth rate")
-    ax2.legend(fontsize=8)
-    ax2.set_title("along the symmetric trajectory (dotted: calibrated predicted escapes)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def _plot_sde_escapes(ax, report: dict, x: np.ndarray, x_ext: np.ndarray, ext: list) -> None:
