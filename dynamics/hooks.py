@@ -88,3 +88,10 @@ def check_dim(model: Any, dim: int) -> None:
     """A [`dynamics.HeadflowError`][] when `dim` is too small for the model (default: any
     `dim ≥ 1`)."""
     del model, dim
+
+
+@functools.singledispatch
+def sde_curve_of(model: Any, cfg: Any, **options: Any) -> Any:
+    """The SDE ensemble's mean learning curve of `cfg` as a differentiable function of the
+    hyperparameters (options: `paths`, `dim`, `times`, `adjoint`)."""
+    return _unregistered("sde_curve_of", model)

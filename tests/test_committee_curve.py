@@ -1,6 +1,7 @@
-"""The committee's differentiable learning curve (`dynamics.ode.ModelCurve`): equal to the ODE
-run, gradients equal to finite differences, and `fit` recovering the hyperparameters of a curve
-it did not see."""
+"""The committee's differentiable learning curves (`dynamics.ode.ModelCurve`, and the SDE
+ensemble's mean, `dynamics.sde.ModelSDECurve`): each equal to its run (`run_ode`, `run_sde`),
+gradients equal to finite differences, and `fit` (`--model ode` and `--model sde`) recovering
+the hyperparameters of a curve it did not see."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from dynamics import ConfigError, load_config
 from dynamics.ode import ModelCurve, differentiable_keys, run_ode
+from dynamics.sde import ModelSDECurve, run_sde
 from validation.experiments.fit import fit_curve
 
 pytestmark = pytest.mark.fast_compile
@@ -79,6 +81,51 @@ def test_fit_recovers_the_hyperparameters(cfg):
     assert fit.converged
     assert abs(fit.values["training.lr"] - 0.5) < 1e-6
     assert abs(fit.values["model.noise"] - 0.2) < 1e-6
-    with pytest.raises(ConfigError, match="--model sde is not available"):
-        fit_curve(start, np.asarray(truth.t)[1:], np.asarray(truth.risk)[1:],
-                  ["training.lr"], model="sde")
+
+
+SDE = {"sim.dim": 300, "sde.paths": 4, "sde.dt": 0.25, "sde.samples_noise": 256}
+
+
+def test_sde_curve_equals_run_sde(cfg):
+    """The SDE ensemble's mean curve at the config's values is the mean risk of `run_sde`'s
+    paths (same starts, Brownian paths and nodes; only the order of sums differs)."""
+    c = cfg.replace(**SDE)
+    curve = ModelSDECurve.from_config(c, adjoint="forward")
+    assert set(curve.keys) == set(differentiable_keys(c))
+    got = eqx.filter_jit(lambda cv: cv.paths({}))(curve)
+    run = run_sde(c)
+    np.testing.assert_allclose(got, run.risk, rtol=1e-9, atol=1e-14)
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        curve({"training.lr_bias": 1.0})
+
+
+def test_sde_curve_gradient_equals_finite_differences(cfg):
+    """Forward-mode derivatives of the mean final risk over fixed paths (common random
+    numbers: a smooth function) against central differences."""
+    curve = ModelSDECurve.from_config(cfg.replace(**SDE), adjoint="forward")
+    p0 = {k: float(v) for k, v in curve.defaults().items()}
+    final = eqx.filter_jit(lambda c, p: c(p)[-1])
+    jac = eqx.filter_jit(jax.jacfwd(lambda p, c: c(p)[-1]))(p0, curve)
+    for k in ("training.lr", "model.noise", "training.init_first_std"):
+        h = 1e-5 * max(1.0, abs(p0[k]))
+        up, down = dict(p0), dict(p0)
+        up[k] += h
+        down[k] -= h
+        fd = (float(final(curve, up)) - float(final(curve, down))) / (2 * h)
+        print(f"SDE curve d/d{k}: forward {float(jac[k]):.9g}, central differences {fd:.9g}")
+        assert abs(float(jac[k]) - fd) <= 1e-6 * max(1.0, abs(fd)), (k, float(jac[k]), fd)
+
+
+def test_fit_sde_recovers_the_hyperparameters(cfg):
+    """`fit --model sde` on the SDE ensemble's own mean curve at (η, σ) = (0.5, 0.2), started
+    from (0.7, 0.1): the least-squares problem has its exact minimum there."""
+    c = cfg.replace(**SDE)
+    truth = eqx.filter_jit(lambda cv: cv({}))(
+        ModelSDECurve.from_config(c, times=np.linspace(0.0, 5.0, 6)))
+    start = c.replace(**{"training.lr": 0.7, "model.noise": 0.1})
+    fit = fit_curve(start, np.linspace(0.0, 5.0, 6)[1:], np.asarray(truth)[1:],
+                    ["training.lr", "model.noise"], model="sde")
+    print("fit --model sde:", fit.values)
+    assert fit.converged
+    assert abs(fit.values["training.lr"] - 0.5) < 1e-5
+    assert abs(fit.values["model.noise"] - 0.2) < 1e-5

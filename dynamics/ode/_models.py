@@ -191,18 +191,19 @@ class ModelCurve(eqx.Module):
         return jnp.where(ok, risk, jnp.nan)
 
 
-def _node(field: AbstractField, target: str):
+def _node(field: Any, target: str):
     return (lambda f: f.model) if target == "model" else (lambda f: f.steps)
 
 
-def _get(field: AbstractField, target: str, sel):
+def _get(field: Any, target: str, sel):
     got = sel(_node(field, target)(field))
     return got[0] if isinstance(got, tuple) else got
 
 
-def _set(field: AbstractField, target: str, sel, value) -> AbstractField:
-    """`field` with the leaf (or leaves: a tuple) that `sel` picks in its model or step sizes
-    replaced by `value`."""
+def _set(field: Any, target: str, sel, value) -> Any:
+    """`field` (a vector field or a diffusion: anything with a `model` and `steps`) with the
+    leaf (or leaves: a tuple) that `sel` picks in its model or step sizes replaced by
+    `value`."""
     where = _node(field, target)
 
     def pick(f):

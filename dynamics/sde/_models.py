@@ -5,21 +5,25 @@ model's ODE and the covariance of the same per-sample increments
 
 from __future__ import annotations
 
+from typing import Any
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import Partial
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Key
 
-from ..hooks import sde_terms, start_sampler
+from ..hooks import sde_curve_of, sde_terms, start_sampler
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, AbstractNodes
 from ..fields import AbstractField, model_nodes, sample_fields
 from ..models import AbstractModel, GramState, sample_increment
 from ..ode import model_field, traced_values
+from ..ode._models import _get, _set
 from ._diffusion import AbstractDiffusion, centred_factor
+from ._solve import OverlapSDE
 
 
 class ModelDiffusion(AbstractDiffusion):
@@ -85,7 +89,7 @@ class ModelDiffusion(AbstractDiffusion):
 
 
 @sde_terms.register(AbstractModel)
-def _sde_terms(model: AbstractModel, cfg: Config, drift_backend: AbstractExpectation,
+def _sde_terms(model: AbstractModel, cfg: Config, drift_backend: AbstractExpectation | None,
                noise_backend: AbstractExpectation) -> tuple[AbstractField, ModelDiffusion]:
     """The drift of the model's ODE (`[ode]`: closed forms, or `drift_backend`'s nodes) with its
     `η²` terms, and the diffusion on `noise_backend`'s nodes of all fields."""
@@ -100,3 +104,111 @@ def _sde_terms(model: AbstractModel, cfg: Config, drift_backend: AbstractExpecta
 def _start_sampler(model: AbstractModel, cfg: Config) -> Partial:
     del cfg
     return Partial(type(model).initial_state, model)
+
+
+class ModelSDECurve(eqx.Module):
+    """The mean risk over an ensemble of SDE paths on the save grid, as a pure, differentiable
+    function of a model's hyperparameters (the SDE counterpart of
+    [`dynamics.ode.ModelCurve`][]): `curve(params)` runs the paths of [`dynamics.sde.run_sde`][]
+    (the same drift, diffusion, solver, step grid, initial draws and Brownian paths) with
+    `params` substituted through the model's selectors in the drift and the diffusion, and
+    returns the mean over the paths of each path's risk at `ts`. Every random number is fixed
+    at construction, so the curve is smooth in `params`."""
+
+    sde: OverlapSDE
+    solver: Any
+    nodes: Any
+    ts: Float[Array, " T"]
+    grid: Float[Array, " K"]
+    init_keys: Key[Array, " N"]
+    bm_keys: Key[Array, " N"]
+    base: dict[str, Array]
+    adjoint: Any
+    selectors: tuple = eqx.field(static=True)
+    dim: int = eqx.field(static=True)
+    tol: float = eqx.field(static=True)
+
+    @classmethod
+    def from_config(cls, cfg: Config, *, paths: int | None = None, dim: int | None = None,
+                    times=None, adjoint: str = "forward") -> ModelSDECurve:
+        """`paths` (default `[sde] paths`), `dim` (default `[sim] dim`), `times` (default the
+        `[output]` grid), `adjoint` (`"forward"` or `"recursive"`)."""
+        from .._errors import HeadflowError, require_x64
+        from ..ode import adjoint_of, risk_rule
+        from ._run import build_sde, path_keys
+        from ._solve import get_sde_solver, step_grid
+
+        require_x64("the SDE learning curve")
+        if adjoint == "backsolve":
+            raise HeadflowError("the SDE learning curve: adjoint 'backsolve' needs a continuous "
+                                "adjoint; use 'forward' or 'recursive'")
+        model = cfg.build_model()
+        D = cfg.sim.dim if dim is None else int(dim)
+        N = cfg.sde.paths if paths is None else int(paths)
+        if N < 1:
+            raise HeadflowError(f"--paths {N}: must be >= 1")
+        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+        grid = step_grid(ts, cfg.sde.dt)
+        sde = build_sde(cfg, D, model)
+        selectors = tuple(model.hyperparameters(cfg.training, sde.drift.steps))
+        base = {k: jnp.asarray(_get(sde.drift, target, sel), jnp.float64)
+                for k, target, sel in selectors}
+        init_keys, bm_keys = path_keys(cfg.sde.seed, N)
+        return cls(sde=sde, solver=get_sde_solver(cfg.sde.solver),
+                   nodes=risk_rule(cfg).nodes(model.n_rows), ts=jnp.asarray(ts),
+                   grid=jnp.asarray(grid), init_keys=init_keys, bm_keys=bm_keys, base=base,
+                   adjoint=adjoint_of(adjoint), selectors=selectors, dim=D,
+                   tol=float(np.min(np.diff(grid))) / 8.0)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The differentiable parameters."""
+        return tuple(k for k, _, _ in self.selectors)
+
+    def defaults(self) -> dict[str, Array]:
+        """The config's value of every differentiable parameter."""
+        return dict(self.base)
+
+    def paths(self, params) -> Float[Array, "N T"]:
+        """Each path's risk at `ts` (NaN where a path is not finite)."""
+        from .._errors import ConfigError
+        from ..models import model_risk
+        from ._solve import solve_paths
+
+        unknown = sorted(set(params) - set(self.base))
+        if unknown:
+            raise ConfigError(f"SDE learning curve: unknown parameter(s) {', '.join(unknown)}; "
+                              f"differentiable ones: {', '.join(self.keys)}")
+        drift, diffusion = self.sde.drift, self.sde.diffusion
+        for k, target, sel in self.selectors:
+            if k in params:
+                value = jnp.asarray(params[k], jnp.float64)
+                drift = _set(drift, target, sel, value)
+                diffusion = _set(diffusion, target, sel, value)
+        sde = eqx.tree_at(lambda s: (s.drift, s.diffusion), self.sde, (drift, diffusion))
+        model = diffusion.model
+        y0 = jax.vmap(lambda k: diffusion.flatten(model.initial_state(k, self.dim)))(
+            self.init_keys)
+        ys = solve_paths(sde, self.solver, y0, self.bm_keys, self.ts, self.grid, self.tol,
+                         self.adjoint)
+        flat = ys.reshape(-1, ys.shape[-1])
+        r = jax.lax.map(lambda y: model_risk(model, diffusion.unflatten(y), self.nodes)[0],
+                        flat, batch_size=8).reshape(ys.shape[:2])
+        return jnp.where(jnp.all(jnp.isfinite(ys), axis=-1), r, jnp.nan)
+
+    def __call__(self, params) -> Float[Array, " T"]:
+        """The mean over the paths of the risk at `ts` (NaN if any path is not finite)."""
+        return jnp.mean(self.paths(params), axis=0)
+
+
+@sde_curve_of.register(AbstractModel)
+def _sde_curve(model: AbstractModel, cfg: Config, **options: Any) -> ModelSDECurve:
+    del model
+    return ModelSDECurve.from_config(cfg, **options)
+
+
+def sde_curve_from_config(cfg: Config, **options: Any) -> Any:
+    """The SDE ensemble's mean learning curve of a config (`options`: `paths`, `dim`, `times`,
+    `adjoint`): [`ModelSDECurve`][] for a model of the family, the model's own otherwise
+    ([`dynamics.models.attention.SDECurve`][] for the attention model)."""
+    return sde_curve_of(cfg.build_model(), cfg, **options)

@@ -13,15 +13,17 @@ import numpy as np
 import optimistix as optx
 
 from dynamics import Config, ConfigError, HeadflowError
+from dynamics.models.attention import PARAMS, LearningCurve, SDECurve
 from dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
-from dynamics.models.attention import PARAMS, LearningCurve
-from dynamics.models.attention import SDECurve
+from dynamics.sde import ModelSDECurve, sde_curve_from_config
+
+Curve = LearningCurve | ModelCurve | SDECurve | ModelSDECurve
+"""The differentiable curves a fit runs on."""
 
 MODELS = ("ode", "sde")
-"""The models of a curve: `"ode"` ([`dynamics.models.attention.LearningCurve`][], the D → ∞ limit
-from one
-initial state) and `"sde"` ([`dynamics.models.attention.SDECurve`][], the mean over SDE paths at
-`[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
+"""The models of a curve: `"ode"` ([`dynamics.ode.curve_from_config`][], the D → ∞ limit from one
+initial state) and `"sde"` ([`dynamics.sde.sde_curve_from_config`][], the mean over SDE paths
+at `[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Fit:
         return float(np.sqrt(self.rss / len(self.t)))
 
 
-def jacobian_and_curve(y: dict, curve: LearningCurve | ModelCurve | SDECurve
+def jacobian_and_curve(y: dict, curve: Curve
                        ) -> tuple[dict, jax.Array]:
     """`(∂ curve/∂ y, curve(y))`: the Jacobian in forward mode (one tangent solve per parameter
     of `y`; the curve must be built with the `"forward"` adjoint), leaves `(T,)` per name."""
@@ -57,7 +59,7 @@ def jacobian_and_curve(y: dict, curve: LearningCurve | ModelCurve | SDECurve
 
 
 @eqx.filter_custom_jvp
-def materialized(y: dict, curve: LearningCurve | ModelCurve | SDECurve) -> jax.Array:
+def materialized(y: dict, curve: Curve) -> jax.Array:
     """`curve(y)`, whose JVP first forms the Jacobian ([`jacobian_and_curve`][]) and then
     applies it to the tangent. A linearization (`jax.linearize`, which optimistix's
     Levenberg–Marquardt takes of the residuals) then keeps the `(T, p)` Jacobian and nothing
@@ -94,10 +96,9 @@ def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[st
 def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str], *,
               model: str = "ode", paths: int | None = None, max_steps: int = 100) -> Fit:
     """Least squares `min Σ_i (R_θ(t_i) − risk_i)²` over the parameters `names` (scalar keys
-    of [`dynamics.models.attention.PARAMS`][]; the config gives the start and every other value),
-    with
-    optimistix's Levenberg–Marquardt on the forward-mode Jacobian of the `model`'s curve (one
-    of [`MODELS`][]; `paths`: the SDE's paths, default `[sde] paths`).
+    of [`dynamics.ode.differentiable_keys`][]; the config gives the start and every other
+    value), with optimistix's Levenberg–Marquardt on the forward-mode Jacobian of the
+    `model`'s curve (one of [`MODELS`][]; `paths`: the SDE's paths, default `[sde] paths`).
 
     Standard errors from the Gauss–Newton curvature at the optimum: with the Jacobian `J` of
     the residuals, `Cov θ = s² (JᵀJ)⁻¹`, `s² = RSS/(n − p)`: the usual least-squares errors,
@@ -105,9 +106,6 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     """
     if model not in MODELS:
         raise ConfigError(f"--model {model}: choose one of {', '.join(MODELS)}")
-    if model == "sde" and cfg.model_kind != "attention":
-        raise ConfigError(f"--model sde is not available for model.kind = {cfg.model_kind!r} "
-                          "yet; use --model ode")
     names = check_names(names, differentiable_keys(cfg))
     t = np.asarray(t, dtype=np.float64)
     risk = np.asarray(risk, dtype=np.float64)
@@ -120,9 +118,9 @@ def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str]
     grid = t if t[0] == 0 else np.concatenate([[0.0], t])
     skip = len(grid) - len(t)
     cfg = cfg.replace(**{"training.t_max": float(t[-1])})
-    curve: LearningCurve | ModelCurve | SDECurve
+    curve: Curve
     if model == "sde":
-        curve = SDECurve.from_config(cfg, times=grid, paths=paths, adjoint="forward")
+        curve = sde_curve_from_config(cfg, times=grid, paths=paths, adjoint="forward")
     else:
         curve = curve_from_config(cfg, times=grid, adjoint="forward")
 

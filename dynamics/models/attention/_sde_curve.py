@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Key
 
 from ..._errors import HeadflowError, require_x64
+from ...hooks import sde_curve_of
 from ..._model import Model
 from ..._risk import population_risk, risk_nodes
 from ...config import Config
@@ -131,3 +132,9 @@ class SDECurve(eqx.Module):
         """The mean over the paths of the population risk at `ts` (NaN if any path is not
         finite)."""
         return jnp.mean(self.paths(params), axis=0)
+
+
+@sde_curve_of.register(Model)
+def _sde_curve(model: Model, cfg: Config, **options: Any) -> SDECurve:
+    del model
+    return SDECurve.from_config(cfg, **options)
