@@ -98,3 +98,33 @@ def test_unregistered_model_type_is_refused():
 
 def test_attention_is_registered_on_import():
     assert dynamics.attention is dynamics.models.attention
+
+
+def test_build_turns_a_config_into_objects():
+    """`dynamics.ode.build` is where a config's strings become objects, for every model: the
+    attention model's generated field, the committee's closed forms, and for a unit without
+    closed forms (ReLU) nodes sized by the pilot run of `[ode] samples = "auto"`."""
+    from dynamics.fields import ExactField, ModelField
+    from dynamics.ode import build, error_target, relative_error, solve_problem
+    from dynamics.symbolic import SymbolicField
+
+    demo = load_config(CONFIGS / "demo.toml").replace(**{"training.t_max": 1.0,
+                                                         "ode.samples": 256})
+    p = build(demo)
+    assert isinstance(p.field, SymbolicField) and p.sizing == {}
+    assert isinstance(p.model, Model) and p.steps is p.field.steps
+    com = load_config(CONFIGS / "committee.toml").replace(**{"training.t_max": 2.0})
+    assert isinstance(build(com).field, ExactField)
+    relu = com.replace(**{"model.activation": "relu", "ode.expectation": "qmc",
+                          "ode.samples": "auto"})
+    p = build(relu)
+    assert isinstance(p.field, ModelField)
+    n = p.sizing["samples"]
+    assert p.cfg.ode.samples == n and n & (n - 1) == 0 and n >= p.sizing["pilot_samples"]
+    assert np.isfinite(p.sizing["pilot_error"]) and p.sizing["target"] == error_target(relu)
+    res = solve_problem(p)
+    err = float(np.max(relative_error(p.field, res.overlaps)))
+    print(f"relu committee: pilot error {p.sizing['pilot_error']:.3g} at "
+          f"{p.sizing['pilot_samples']} nodes -> {n} nodes, error {err:.3g} "
+          f"(target {p.sizing['target']:.3g})")
+    assert err <= 2 * p.sizing["target"] or n == dynamics.expectations.AUTO_MAX_SAMPLES

@@ -20,6 +20,9 @@ from ._run import sized as sized
 from ._run import build_field as build_field
 from ._run import initial_state as initial_state
 from ._run import run_ode as run_ode
+from ._run import ODEProblem as ODEProblem
+from ._run import build as build
+from ._run import solve_problem as solve_problem
 from ._curve import ADJOINTS as ADJOINTS
 from ._curve import adjoint_of as adjoint_of
 from ._curve import curve_solver as curve_solver

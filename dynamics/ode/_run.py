@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import equinox as eqx
@@ -12,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
+from .._steps import StepSizes
 from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, get_expectation
@@ -136,25 +138,59 @@ def initial_state(cfg: Config, model: Any = None) -> Any:
     return start_of(cfg.build_model() if model is None else model, cfg)
 
 
-def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False) -> ODEResult:
-    """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
-    `[output]` grid) and evaluate the risk along the way. `[ode] samples = "auto"` is sized
-    first ([`sized`][])."""
+@dataclasses.dataclass(frozen=True)
+class ODEProblem:
+    """Everything a config says about one ODE run, as objects ([`build`][]): the `model`, its
+    step sizes `steps`, the vector `field`, the `integrator`, the `start`, the save `times`,
+    the expectation `backend` of the risk along the trajectory (None: closed forms), and the
+    `sizing` of `[ode] samples = "auto"` (empty when not sized). `cfg` is the config with
+    `samples` resolved: library functions below take the objects, not it."""
+
+    cfg: Config
+    model: Any
+    steps: StepSizes
+    field: AbstractField
+    integrator: Integrator
+    start: Any
+    times: np.ndarray
+    backend: AbstractExpectation | None
+    sizing: dict
+
+
+def build(cfg: Config, start: Any = None, times=None) -> ODEProblem:
+    """The objects of one ODE run of `cfg`: from `start` (default: `[ode] init`) on `times`
+    (default: the `[output]` grid), `[ode] samples = "auto"` sized first ([`sized`][]). The
+    one place where the config's strings become objects for the ODE."""
     model = cfg.build_model()
-    start = initial_state(cfg, model) if ov0 is None else ov0
+    start = initial_state(cfg, model) if start is None else start
     start = as_float64(ode_state(model, cfg, start))
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
     cfg, sizing = sized(cfg, model, start, times)
     backend = None if cfg.ode.expectation == "exact" else backend_of(cfg)   # closed forms
     field = build_field(cfg, model, backend)
-    sol = integrate(field, start, times, Integrator.from_config(cfg.ode), progress=progress)
-    risk, err = state_risk(model, cfg, sol.overlaps, backend)
-    every = max(1, (len(times) - 1) // 8)
-    measured = relative_error(field, jax.tree.map(lambda x: x[::every], sol.overlaps))
-    accuracy = {**sizing, **ode_info(model, cfg, field),
+    return ODEProblem(cfg=cfg, model=model, steps=field.steps, field=field,
+                      integrator=Integrator.from_config(cfg.ode), start=start, times=times,
+                      backend=backend, sizing=sizing)
+
+
+def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
+    """Integrate `problem` and evaluate the risk and the field's error along the way."""
+    p = problem
+    sol = integrate(p.field, p.start, p.times, p.integrator, progress=progress)
+    risk, err = state_risk(p.model, p.cfg, sol.overlaps, p.backend)
+    every = max(1, (len(p.times) - 1) // 8)
+    measured = relative_error(p.field, jax.tree.map(lambda x: x[::every], sol.overlaps))
+    accuracy = {**p.sizing, **ode_info(p.model, p.cfg, p.field),
                 "relative_error_max": float(measured.max()),
                 "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),
                      risk_err=jnp.asarray(err), num_steps=sol.num_steps,
                      num_rejected=sol.num_rejected, compile_s=sol.compile_s, run_s=sol.run_s,
-                     accuracy=accuracy, model=model)
+                     accuracy=accuracy, model=p.model)
+
+
+def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False) -> ODEResult:
+    """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
+    `[output]` grid) and evaluate the risk along the way: [`solve_problem`][] of
+    [`build`][]."""
+    return solve_problem(build(cfg, ov0, times), progress=progress)

@@ -180,6 +180,7 @@ class ModelSDECurve(eqx.Module):
             raise ConfigError(f"SDE learning curve: unknown parameter(s) {', '.join(unknown)}; "
                               f"differentiable ones: {', '.join(self.keys)}")
         drift, diffusion = self.sde.drift, self.sde.diffusion
+        assert isinstance(diffusion, ModelDiffusion)
         for k, target, sel in self.selectors:
             if k in params:
                 value = jnp.asarray(params[k], jnp.float64)
