@@ -14,9 +14,8 @@ import numpy as np
 from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
 from dynamics.measures import ESCAPE_THRESHOLD, escape_quantiles, escape_time
 from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
-                          model_arrays, model_field, risk_rule, run_ode, sized, solve, states_risk,
-                          traced_values)
-from dynamics.models.attention import trajectory_risk
+                          model_arrays, run_ode, sized, solve, traced_values)
+from dynamics.hooks import ode_state, state_risk
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
 
@@ -358,12 +357,11 @@ class ODEEnsemble(eqx.Module):
     risk_err: np.ndarray
     num_steps: tuple[int, ...] = eqx.field(static=True, default=())
     model: Any = None
-    """A model of the family (None: the attention model, whose state is `Overlaps`)."""
+    """The model (its `named` view gives the arrays)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The arrays of `sgd.npz` (seed axis first)."""
-        named = (self.overlaps.arrays() if self.model is None
-                 else model_arrays(self.model, self.overlaps))
+        named = model_arrays(self.model, self.overlaps)
         return {"t": np.asarray(self.t), "risk": np.asarray(self.risk),
                 "risk_err": np.asarray(self.risk_err), **named}
 
@@ -385,31 +383,24 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
 
     **Raises:** [`dynamics.DivergenceError`][] / [`dynamics.HeadflowError`][] naming the first
     seed whose ODE diverged or hit `ode.max_steps`."""
-    if cfg.model_kind != "attention":
-        return _run_model_ode_per_seed(cfg, sgd)
     model = cfg.build_model()
-    manifold = cfg.ode.form == "manifold"
-    ov0s = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
-    if manifold:
-        ov0s = jax.vmap(lambda o: o.on_manifold())(ov0s)
-    S = int(np.shape(ov0s.m)[0])
-    for i in range(S):
-        jax.tree.map(lambda x: np.asarray(x[i]), ov0s).check_psd(
-            model.rho, what=f"initial overlaps of seed {sgd.seeds[i]}")
+    starts = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
+    starts = jax.vmap(lambda o: ode_state(model, cfg, o))(starts)
+    for i, seed in enumerate(sgd.seeds):
+        model.check_state(jax.tree.map(lambda x, i=i: np.asarray(x[i]), starts),
+                          what=f"initial overlaps of seed {seed}")
     times = np.asarray(sgd.t, dtype=np.float64)
-    center = jax.tree.map(lambda x: jnp.mean(x, axis=0), ov0s)
+    center = jax.tree.map(lambda x: jnp.mean(x, axis=0), starts)
     cfg, _ = sized(cfg, model, center, times)
-    backend = backend_of(cfg)
+    backend = None if cfg.ode.expectation == "exact" else backend_of(cfg)   # closed forms
     field = build_field(cfg, model, backend)
     integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
     ys, result, steps = jax.block_until_ready(
-        _solve_seeds(traced_values(field), ov0s, jnp.asarray(times), integrator))
+        _solve_seeds(traced_values(field), starts, jnp.asarray(times), integrator))
     _explain_seeds(sgd, ys, result, times, integrator)
-    flat = jax.tree.map(lambda x: x.reshape(S * len(times), *x.shape[2:]), ys)
-    risk, err = trajectory_risk(model, flat, backend, manifold=manifold)
-    return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk).reshape(S, -1),
-                       risk_err=np.asarray(err).reshape(S, -1),
-                       num_steps=tuple(int(n) for n in np.asarray(steps)))
+    risk, err = state_risk(model, cfg, ys, backend)
+    return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk), risk_err=np.asarray(err),
+                       num_steps=tuple(int(n) for n in np.asarray(steps)), model=model)
 
 
 def _explain_seeds(sgd: SGDResult, ys, result, times: np.ndarray, integrator: Integrator
@@ -423,24 +414,6 @@ def _explain_seeds(sgd: SGDResult, ys, result, times: np.ndarray, integrator: In
             explain(jax.tree.map(lambda x: x[i], result), times, finite, integrator)
         except HeadflowError as failed:
             raise type(failed)(f"seed {sgd.seeds[i]}: {failed}") from None
-
-
-def _run_model_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
-    """[`run_ode_per_seed`][] for a model of the family (`docs/models.md`)."""
-    model = cfg.build_model()
-    starts = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
-    for i, seed in enumerate(sgd.seeds):
-        model.check_state(jax.tree.map(lambda x: x[i], starts),
-                          what=f"initial state of seed {seed}")
-    times = np.asarray(sgd.t, dtype=np.float64)
-    field = model_field(cfg, model)
-    integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
-    ys, result, steps = jax.block_until_ready(
-        _solve_seeds(field, starts, jnp.asarray(times), integrator))
-    _explain_seeds(sgd, ys, result, times, integrator)
-    risk, err = states_risk(model, ys, risk_rule(cfg))
-    return ODEEnsemble(t=times, overlaps=ys, risk=risk, risk_err=err,
-                       num_steps=tuple(int(n) for n in np.asarray(steps)), model=model)
 
 
 def run_sde_checked(cfg: Config, dim: int, paths: int | None, *, progress: bool = False
