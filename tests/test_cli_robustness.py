@@ -96,6 +96,14 @@ def test_grid_changing_heads_fails_before_computing(tmp_path, capsys):
     assert _files(tmp_path) == []
 
 
+@pytest.mark.parametrize("grid", ["training.lr=,", "training.lr= , ,", "training.lr="])
+def test_grid_without_values(tmp_path, capsys, grid):
+    """An empty value list is one line, exit 2, no files (it was an IndexError)."""
+    assert main(["sweep", *TINY, "--grid", grid, "--out", str(tmp_path / "sw")]) == 2
+    _one_line_error(capsys, "--grid")
+    assert _files(tmp_path) == []
+
+
 def test_max_steps_has_its_own_phase_label(tmp_path, capsys):
     out = tmp_path / "sw"
     assert main(["sweep", *TINY, "--grid", "training.lr=0.5,1", "--max-steps", "1",

@@ -45,6 +45,8 @@ def parse_grid(items: list[str], cfg: Config) -> list[tuple[str, list]]:
         if not eq or "." not in key or not text.strip():
             raise ConfigError(f"--grid {item}: expected section.key=v1,v2,...")
         values = [parse_value(v.strip()) for v in _split_values(text)]
+        if not values:
+            raise ConfigError(f"--grid {item}: no values; expected section.key=v1,v2,...")
         if any(k == key for k, _ in out):
             raise ConfigError(f"--grid {key}: given twice")
         for v in values:
