@@ -87,7 +87,11 @@ def start_sampler(model: Any, cfg: Any) -> Any:
 def check_dim(model: Any, dim: int) -> None:
     """A [`dynamics.HeadflowError`][] when `dim` is too small for the model (default: any
     `dim ≥ 1`)."""
-    del model, dim
+    del model
+    if dim < 1:
+        from ._errors import HeadflowError
+
+        raise HeadflowError(f"--dim {dim}: must be >= 1")
 
 
 @functools.singledispatch

@@ -79,6 +79,8 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     n = cfg.sim.seeds if seeds is None else int(seeds)
     seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
     times = cfg.save_times() if times is None else np.asarray(times)
+    if start is not None:
+        model.check_state(start)
     steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
                                     start=start, progress=progress)
     risk, err = state_risk(model, cfg, states)

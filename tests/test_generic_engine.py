@@ -29,7 +29,7 @@ GENERIC = sorted([*ROOT.glob("dynamics/fields/*.py"), *ROOT.glob("dynamics/ode/*
                   ROOT / "dynamics" / "hooks.py"])
 ATTENTION_NAMES = {"m", "q", "kv", "kvs", "vks", "SIGNAL", "Overlaps", "FieldLaw", "Model"}
 HOOKS = ("field_of", "start_of", "ode_state", "state_risk", "ode_info", "learning_curve_of",
-         "curve_keys", "sde_terms", "start_sampler", "check_dim")
+         "curve_keys", "sde_terms", "start_sampler", "check_dim", "sde_curve_of")
 
 
 def _code_names(path: Path) -> set[str]:

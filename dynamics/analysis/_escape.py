@@ -22,9 +22,8 @@ def initial_contrasts(model: Model, key, modes: HeadModes, *, n: int, dim: int, 
                       value_std: float, bias: float) -> Float[Array, "n Hm1 mu"]:
     """Samples of the head-difference coordinates of a random initialization at dimension
     `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D is
-    `coef/√D`): `n` independent draws of [`dynamics.models.attention.random_start`][] projected on
-    the
-    standard blocks."""
+    `coef/√D`): `n` independent draws of [`dynamics.models.attention.random_start`][] projected
+    on the standard blocks."""
     keys = jr.split(key, n)
 
     def one(k):

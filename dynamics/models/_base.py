@@ -156,10 +156,14 @@ class AbstractModel(eqx.Module):
         """The order parameters of one random initialization at `dim` (exact finite-D law)."""
         return self.init_weights(key, dim, jnp.float64).state()
 
-    def check_state(self, state: GramState, *, what: str = "initial state",
+    def check_state(self, state: Any, *, what: str = "initial state",
                     tol: float = 1e-9) -> None:
-        """Raise a one-line error unless `state` fits this model (shapes, parameter names)
-        and its Gram matrix is positive semi-definite (a host check, in numpy)."""
+        """Raise a one-line error unless `state` fits this model (a `GramState` of the right
+        shapes and parameter names) and its Gram matrix is positive semi-definite (a host
+        check, in numpy)."""
+        if not isinstance(state, GramState):
+            raise HeadflowError(f"{what}: the {self.kind} model's state is a GramState, not a "
+                                f"{type(state).__name__}")
         P = self.n_rows
         gram = np.asarray(state.gram, dtype=np.float64)
         if gram.shape != (P, P):

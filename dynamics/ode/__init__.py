@@ -14,6 +14,7 @@ from ._run import ODEResult as ODEResult
 from ._run import AUTO_FALLBACK as AUTO_FALLBACK
 from ._run import AUTO_PILOT as AUTO_PILOT
 from ._run import backend_of as backend_of
+from ._run import ode_backend as ode_backend
 from ._run import error_target as error_target
 from ._run import relative_error as relative_error
 from ._run import sized as sized

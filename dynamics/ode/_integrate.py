@@ -180,8 +180,7 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
     """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
 
     **Arguments:** `field` a vector field (e.g. [`dynamics.models.attention.ManifoldField`][]),
-    `ov0` the
-    initial state, `ts` the save times, `integrator` the solver settings, `progress`
+    `ov0` the initial state, `ts` the save times, `integrator` the solver settings, `progress`
     (diffrax's tqdm meter), `check` the initial-state checks.
 
     **Raises:** [`HeadflowError`][] when the solver hits `max_steps`; [`DivergenceError`][] when

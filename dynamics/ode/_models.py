@@ -62,9 +62,8 @@ def _state_risk(model: AbstractModel, cfg: Config, states: GramState, backend: A
 
 @ode_info.register(AbstractModel)
 def _ode_info(model: AbstractModel, cfg: Config, field: AbstractField) -> dict[str, Any]:
-    exact = cfg.ode.expectation == "exact"
-    return {"expectation": cfg.ode.expectation,
-            "samples": None if exact else int(field.nodes.size)}
+    del model, cfg, field
+    return {}
 
 
 def model_start(cfg: Config, model: AbstractModel | None = None,
@@ -112,9 +111,10 @@ def as_float64(state: PyTree) -> PyTree:
 
 class ModelCurve(eqx.Module):
     """The risk on the save grid of a model of the family as a pure, differentiable function of
-    its hyperparameters (the counterpart of [`LearningCurve`][] for `docs/models.md`):
-    `curve(params)` with `params` a dict keyed by the config keys the model declares
-    ([`dynamics.models.AbstractModel.hyperparameters`][]; the config's values for the others).
+    its hyperparameters (the counterpart of [`dynamics.models.attention.LearningCurve`][] for
+    `docs/models.md`): `curve(params)` with `params` a dict keyed by the config keys the model
+    declares ([`dynamics.models.AbstractModel.hyperparameters`][]; the config's values for the
+    others).
     Each key enters the model or the step sizes through its selector (`eqx.tree_at`).
 
     Fixed at construction: the vector field (closed forms or nodes), the risk's nodes where it

@@ -63,6 +63,12 @@ def backend_of(cfg: Config) -> AbstractExpectation:
     return get_expectation(cfg.ode.expectation, samples, seed=cfg.ode.seed)
 
 
+def ode_backend(cfg: Config) -> AbstractExpectation | None:
+    """The nodes of the ODE's expectations: [`backend_of`][], or None where `[ode] expectation
+    = "exact"` (closed forms, no nodes)."""
+    return None if cfg.ode.expectation == "exact" else backend_of(cfg)
+
+
 def error_target(cfg: Config) -> float:
     """The largest relative error of the vector field that `samples = "auto"` aims for:
     `[ode] error_target`, by default `10⁴ · rtol` (0.01 at the default tolerance)."""
@@ -127,8 +133,7 @@ def build_field(cfg: Config, model: Any = None, backend: AbstractExpectation | N
     the step sizes of `[training]` and the `η²` terms as `sgd_noise` says (default
     `[ode] sgd_noise`)."""
     model = cfg.build_model() if model is None else model
-    if backend is None and cfg.ode.expectation != "exact":
-        backend = backend_of(cfg)
+    backend = ode_backend(cfg) if backend is None else backend
     noise = cfg.ode.sgd_noise if sgd_noise is None else bool(sgd_noise)
     return field_of(model, cfg, backend, sgd_noise=noise, max_group=max_group)
 
@@ -143,8 +148,8 @@ class ODEProblem:
     """Everything a config says about one ODE run, as objects ([`build`][]): the `model`, its
     step sizes `steps`, the vector `field`, the `integrator`, the `start`, the save `times`,
     the expectation `backend` of the risk along the trajectory (None: closed forms), and the
-    `sizing` of `[ode] samples = "auto"` (empty when not sized). `cfg` is the config with
-    `samples` resolved: library functions below take the objects, not it."""
+    `sizing` of `[ode] samples = "auto"` (empty when not sized), and `cfg`, the config with
+    `samples` resolved (the hooks that report on the run read it)."""
 
     cfg: Config
     model: Any
@@ -164,9 +169,10 @@ def build(cfg: Config, start: Any = None, times=None) -> ODEProblem:
     model = cfg.build_model()
     start = initial_state(cfg, model) if start is None else start
     start = as_float64(ode_state(model, cfg, start))
+    model.check_state(start)
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
     cfg, sizing = sized(cfg, model, start, times)
-    backend = None if cfg.ode.expectation == "exact" else backend_of(cfg)   # closed forms
+    backend = ode_backend(cfg)
     field = build_field(cfg, model, backend)
     return ODEProblem(cfg=cfg, model=model, steps=field.steps, field=field,
                       integrator=Integrator.from_config(cfg.ode), start=start, times=times,
@@ -180,7 +186,9 @@ def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
     risk, err = state_risk(p.model, p.cfg, sol.overlaps, p.backend)
     every = max(1, (len(p.times) - 1) // 8)
     measured = relative_error(p.field, jax.tree.map(lambda x: x[::every], sol.overlaps))
-    accuracy = {**p.sizing, **ode_info(p.model, p.cfg, p.field),
+    exact = p.backend is None
+    accuracy = {**p.sizing, "samples": None if exact else int(p.cfg.ode.samples),
+                "expectation": p.cfg.ode.expectation, **ode_info(p.model, p.cfg, p.field),
                 "relative_error_max": float(measured.max()),
                 "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),

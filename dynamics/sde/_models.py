@@ -14,7 +14,7 @@ import numpy as np
 from jax.tree_util import Partial
 from jaxtyping import Array, Float, Key
 
-from ..hooks import sde_curve_of, sde_terms, start_sampler
+from ..hooks import check_dim, sde_curve_of, sde_terms, start_sampler
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, AbstractNodes
@@ -145,6 +145,7 @@ class ModelSDECurve(eqx.Module):
         model = cfg.build_model()
         D = cfg.sim.dim if dim is None else int(dim)
         N = cfg.sde.paths if paths is None else int(paths)
+        check_dim(model, D)
         if N < 1:
             raise HeadflowError(f"--paths {N}: must be >= 1")
         ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)

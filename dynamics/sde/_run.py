@@ -96,9 +96,8 @@ def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
     `[sde] samples_noise` Monte Carlo nodes of all fields (both with `[ode] seed`), factored as
     `[sde] noise` says."""
     model = cfg.build_model() if model is None else model
-    exact = cfg.ode.expectation == "exact"
-    drift_backend = None if exact else get_expectation(cfg.ode.expectation, drift_samples(cfg),
-                                                       seed=cfg.ode.seed)
+    drift_backend = None if cfg.ode.expectation == "exact" else get_expectation(
+        cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)      # closed forms: None
     drift, diffusion = sde_terms(model, cfg, drift_backend,
                                  MonteCarlo(samples=cfg.sde.samples_noise, seed=cfg.ode.seed))
     return OverlapSDE(drift=drift, diffusion=diffusion,

@@ -81,11 +81,11 @@ def get_sde_solver(name: str) -> dfx.AbstractSolver:
 
 
 class OverlapSDE(eqx.Module):
-    """The SDE of the independent entries `y` of the state ([`flatten`][]):
+    """The SDE of the independent entries `y` of the state (the diffusion's `flatten`):
 
         dy = F(y) dt + D^{-1/2} B(y) dW
 
-    with `F` the drift of `drift` (a vector field, `FullField` for `headflow sde`) and `B` the
+    with `F` the drift of `drift` (the model's vector field with its `η²` terms) and `B` the
     factor of `diffusion` (see [`NOISE_FACTORS`][]). `inv_sqrt_dim` = `D^{-1/2}` is traced, so
     runs at several D share one compiled program."""
 
@@ -96,7 +96,8 @@ class OverlapSDE(eqx.Module):
 
     @property
     def control_size(self) -> int:
-        """Dimension of the Brownian motion: nodes × θ support points (`"nodes"`), or `p`."""
+        """Dimension of the Brownian motion: the diffusion's `control_size` (`"nodes"`), or
+        `p`."""
         if self.noise == "eigh":
             return self.diffusion.size
         return self.diffusion.control_size

@@ -28,6 +28,7 @@ from dynamics.sharding import gather, shard_batch
 from .._runs import save_steps, seed_keys, segment_plan
 from .._wishart import as_float64, bartlett, chi_square, psd_factor
 
+
 # -- the rows of W ---------------------------------------------------------------------------------
 
 def n_students(model: Model) -> int:
@@ -168,8 +169,8 @@ def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
 
 class ChainState(eqx.Module):
     """One run of the chain: `omega` (Ω over the independent rows), biases `b`, and the first
-    step at which Ω failed [`psd_factor`][]'s check (`fail_step`, −1: never) with its relative
-    pivot (`fail_pivot`, NaN when Ω was not finite)."""
+    step at which Ω failed the check of `sims._wishart.psd_factor` (`fail_step`, −1: never)
+    with its relative pivot (`fail_pivot`, NaN when Ω was not finite)."""
 
     omega: Float[Array, "N N"]
     b: Float[Array, " H"]
@@ -221,8 +222,8 @@ def apply_step(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: 
     coordinates `c` of the batch's tokens (the signal token, at `eps`, shifted by `Cᵀ e_{K*} θ`),
     the fields `λ = C c`, the labels `y = λ_{v*,ε} + Δ ξ`, the token Gram matrix
     `x·x' = c·c' + T Tᵀ`, then [`gram_update`][]. Records the step in `fail_step` the first
-    time Ω fails [`psd_factor`][]'s check. The step sizes are those at `t = step/D`
-    ([`dynamics.StepSizes.at`][])."""
+    time Ω fails the check of `sims._wishart.psd_factor`. The step sizes are those at
+    `t = step/D` ([`dynamics.StepSizes.at`][])."""
     hp = hp.at(step / jnp.asarray(dim, jnp.float64))
     L = model.L
     s, F = n_students(model), model.F
@@ -301,7 +302,8 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
                       progress: bool = False, segments: int = 20, block: int = 128
                       ) -> Overlaps:
     """Online SGD simulated exactly in law through its overlaps (`docs/overlap-sgd.md`): the
-    counterpart of [`sims.simulate`][] at a cost per step independent of `dim`, in float64.
+    counterpart of [`sims.attention.simulate`][] at a cost per step independent of `dim`, in
+    float64.
 
     **Arguments:**
 
@@ -309,10 +311,11 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     - `dim`: D (at least `N + B·L + 1`, [`n_rows`][]). `seeds`: a list of ints (one
       independent run each; the same seed gives the same run, bit for bit).
     - `times`: save times in `t = steps/D`, recorded after `round(t·D)` steps exactly as
-      [`sims.simulate`][] does (0 = the initial state).
+      [`sims.attention.simulate`][] does (0 = the initial state).
     - `init`: `None` (a draw of the exact finite-D law of the random initialization with
       `init_std = (σ_k, σ_v, b_0)`, [`initial_gram`][]), overlaps with a leading seed axis, or a
-      callable `init(key) -> Overlaps` (e.g. `dynamics.ode.random_start` of actual weights).
+      callable `init(key) -> Overlaps` (e.g. `dynamics.models.attention.random_start` of
+      actual weights).
       With frozen values the value blocks of the initial overlaps are ignored (`v_h = v*`).
     - `progress`: a progress bar on stderr. `segments`: device calls the run is cut into
       (failures are checked after each; the results do not depend on it).

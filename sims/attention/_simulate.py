@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -13,8 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import (Config, DivergenceError, HeadflowError, Model, Overlaps, StepSizes, Teacher,
-Weights,
+from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher, Weights,
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
                       risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
@@ -184,10 +184,7 @@ def sgd_overlaps(cfg: Config, *, dim: int, seed_list: list[int], times: np.ndarr
 
 @simulate_states.register(Model)
 def _simulate_states(model: Model, cfg: Config, *, dim: int, seeds: list[int],
-                     times: np.ndarray, start: Overlaps | None, progress: bool
+                     times: np.ndarray, start: Any, progress: bool
                      ) -> tuple[np.ndarray, Overlaps]:
-    if start is not None and not isinstance(start, Overlaps):
-        raise HeadflowError("the attention model's start is an Overlaps, not a "
-                            f"{type(start).__name__}")
     return sgd_overlaps(cfg, dim=dim, seed_list=seeds, times=times, start=start,
                         progress=progress)

@@ -13,8 +13,8 @@ import numpy as np
 
 from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
 from dynamics.measures import ESCAPE_THRESHOLD, escape_quantiles, escape_time
-from dynamics.ode import (BLOWUP, Integrator, ODEResult, backend_of, build_field, explain,
-                          model_arrays, run_ode, sized, solve, traced_values)
+from dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
+                          model_arrays, run_ode, solve, traced_values)
 from dynamics.hooks import ode_state, state_risk
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
@@ -390,15 +390,12 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
         model.check_state(jax.tree.map(lambda x, i=i: np.asarray(x[i]), starts),
                           what=f"initial overlaps of seed {seed}")
     times = np.asarray(sgd.t, dtype=np.float64)
-    center = jax.tree.map(lambda x: jnp.mean(x, axis=0), starts)
-    cfg, _ = sized(cfg, model, center, times)
-    backend = None if cfg.ode.expectation == "exact" else backend_of(cfg)   # closed forms
-    field = build_field(cfg, model, backend)
-    integrator = Integrator.from_config(cfg.ode).with_jumps(field.steps.knot_times)
+    p = build(cfg, jax.tree.map(lambda x: jnp.mean(x, axis=0), starts), times)
+    integrator = p.integrator.with_jumps(p.steps.knot_times)
     ys, result, steps = jax.block_until_ready(
-        _solve_seeds(traced_values(field), starts, jnp.asarray(times), integrator))
+        _solve_seeds(traced_values(p.field), starts, jnp.asarray(times), integrator))
     _explain_seeds(sgd, ys, result, times, integrator)
-    risk, err = state_risk(model, cfg, ys, backend)
+    risk, err = state_risk(model, p.cfg, ys, p.backend)
     return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk), risk_err=np.asarray(err),
                        num_steps=tuple(int(n) for n in np.asarray(steps)), model=model)
 

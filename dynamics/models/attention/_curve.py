@@ -32,6 +32,7 @@ PARAMS = ("training.lr", "training.lr_bias", "training.weight_decay", "training.
 """The keys of `params` that [`learning_curve`][] differentiates through: config keys
 (`section.key`); the two schedules stand for their knot `values` (arrays of K)."""
 
+
 def param_defaults(cfg: Config, steps: StepSizes) -> dict[str, np.ndarray]:
     """The config's values (float64) of every parameter of [`PARAMS`][] it has: the schedules'
     knot values where `steps` has a schedule, and then not `training.lr` / `training.lr_bias`,

@@ -64,7 +64,7 @@ def unflatten(y: Float[Array, " p"], H: int, F: int) -> Overlaps:
 
 def increments(model: Model, steps: StepSizes, ov: Overlaps, nodes: AbstractNodes, *,
                sgd_noise: bool = True) -> tuple[Float[Array, "n S p"], Float[Array, "n S"]]:
-    """The per-sample increments `U` ([`dynamics.fields.sample_increment`][], flattened) at every
+    """The per-sample increments `U` ([`sample_increment`][], flattened) at every
     node of all fields and every support point of θ, with their weights.
 
     A discrete prior is summed exactly inside each node, so one node stands for S samples
@@ -142,7 +142,6 @@ class Diffusion(AbstractDiffusion):
     def factor(self, ov: Overlaps) -> Float[Array, "p k"]:
         U, w = self.increments(ov)
         return centred_factor(U, w) / jnp.sqrt(float(self.steps.batch))
-
 
     def drift(self, ov: Overlaps) -> Float[Array, " p"]:
         """The mean of the same increments (the sampled drift, `SampledFullField` flattened)."""

@@ -20,9 +20,9 @@ from ..._overlaps import Overlaps
 from ..._risk import population_risk, risk_nodes
 from ..._steps import StepSizes
 from ...config import Config
-from ...expectations import AbstractExpectation, AbstractNodes, MonteCarlo
+from ...expectations import AbstractExpectation, AbstractNodes
 from ...fields import MAX_GROUP, AbstractField
-from ...ode import traced_values
+from ...ode import risk_rule, traced_values
 from ...symbolic import SymbolicField, symbolic_names
 from ._curve import PARAMS, LearningCurve
 from ._full import FullField
@@ -78,10 +78,10 @@ def _start(model: Model, cfg: Config) -> Overlaps:
 
 
 @ode_state.register(Model)
-def _ode_state(model: Model, cfg: Config, state: Overlaps) -> Overlaps:
-    if not isinstance(state, Overlaps):
-        raise HeadflowError(f"the attention model's start is an Overlaps, not a "
-                            f"{type(state).__name__}")
+def _ode_state(model: Model, cfg: Config, state: Any) -> Overlaps:
+    if not isinstance(state, Overlaps):     # the rest is checked by `build` after this
+        raise HeadflowError(f"initial state: the attention model's state is an Overlaps, not "
+                            f"a {type(state).__name__}")
     return state.on_manifold() if cfg.ode.form == "manifold" else state
 
 
@@ -106,7 +106,7 @@ def _state_risk(model: Model, cfg: Config, states: Overlaps,
     it, `[sim] risk_samples` Monte Carlo nodes of seed `[ode] seed`, all overlaps."""
     manifold = backend is not None and cfg.ode.form == "manifold"
     if backend is None:
-        backend = MonteCarlo(samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
+        backend = risk_rule(cfg)
     batch = states.b.shape[:-1]
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch):]), states)
     risk, err = trajectory_risk(model, flat, backend, manifold=manifold)
@@ -115,8 +115,7 @@ def _state_risk(model: Model, cfg: Config, states: Overlaps,
 
 @ode_info.register(Model)
 def _ode_info(model: Model, cfg: Config, field: AbstractField) -> dict[str, Any]:
-    return {"samples": int(cfg.ode.samples), "expectation": cfg.ode.expectation,
-            "rhs": resolved_rhs(cfg, model)}
+    return {"rhs": resolved_rhs(cfg, model)}
 
 
 @learning_curve_of.register(Model)

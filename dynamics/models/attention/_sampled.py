@@ -1,5 +1,5 @@
 """The generic local-field ODE on the full Gram matrix with every field sampled (the
-reference for [`dynamics.fields.FullField`][]), and the per-sample increment of the overlaps
+reference for [`FullField`][]), and the per-sample increment of the overlaps
 it averages ([`sample_increment`][]), which the diffusion matrix of the SDE also uses
 (`dynamics.sde`)."""
 

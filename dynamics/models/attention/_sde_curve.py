@@ -14,7 +14,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Key
 
 from ..._errors import HeadflowError, require_x64
-from ...hooks import sde_curve_of
+from ...hooks import check_dim, sde_curve_of
 from ..._model import Model
 from ..._risk import population_risk, risk_nodes
 from ...config import Config
@@ -28,12 +28,11 @@ from ._start import random_start
 
 class SDECurve(eqx.Module):
     """The mean population risk of an ensemble of SDE paths on the save grid, as a pure
-    function of hyperparameters: `curve(params)` runs the paths of [`dynamics.sde.run_sde`][] (the
-    same
-    drift, diffusion, solver, step grid, initial draws and Brownian paths) with the step sizes,
-    initial scales, prior amplitude and label noise that `params` gives
-    ([`substitute`][]: any of [`PARAMS`][]; the config's values for
-    the rest), and returns the mean over the paths of each path's risk at `ts`.
+    function of hyperparameters: `curve(params)` runs the paths of [`dynamics.sde.run_sde`][]
+    (the same drift, diffusion, solver, step grid, initial draws and Brownian paths) with the
+    step sizes, initial scales, prior amplitude and label noise that `params` gives
+    ([`substitute`][]: any of [`PARAMS`][]; the config's values for the rest), and returns
+    the mean over the paths of each path's risk at `ts`.
 
     The random numbers (initial draws, Brownian paths, the nodes of the fields and of the risk)
     are fixed at construction, so the curve is a smooth function of `params`, differentiable
@@ -83,9 +82,7 @@ class SDECurve(eqx.Module):
         N = cfg.sde.paths if paths is None else int(paths)
         if N < 1:
             raise HeadflowError(f"--paths {N}: must be >= 1")
-        if D < model.F + 1:
-            raise HeadflowError(f"--dim {D}: must exceed model.F = {model.F} (the teacher "
-                                "needs F + 1 orthogonal directions)")
+        check_dim(model, D)
         ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
         grid = step_grid(ts, cfg.sde.dt)
         sde = build_sde(cfg, D, model)
@@ -99,7 +96,7 @@ class SDECurve(eqx.Module):
                    tol=float(np.min(np.diff(grid))) / 8.0)
 
     def defaults(self) -> dict[str, Array]:
-        """The config's values of every parameter it has ([`dynamics.ode.param_defaults`][])."""
+        """The config's values of every parameter it has ([`param_defaults`][])."""
         return {k: jnp.asarray(v) for k, v in self.base.items()}
 
     def paths(self, params: Mapping[str, ArrayLike]) -> Float[Array, "N T"]:
