@@ -21,9 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ESCAPE_THRESHOLD = 0.2
-"""Head spread that marks the end of the unspecialized plateau. A random start at dimension D
-has differences `≈ √(2/D)` (0.09 at D = 250); specialized heads differ by O(1)."""
+from ._constants import ESCAPE_THRESHOLD as ESCAPE_THRESHOLD  # light: shown by `headflow --help`
 
 HYSTERESIS = 0.5
 """A crossing of a level θ counts only after the curve's last visit below `HYSTERESIS·θ`."""

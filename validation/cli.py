@@ -5,6 +5,11 @@ Each command lives in its own module of `validation.commands` exposing `register
 the module adds its parser and sets `func` (a callable taking the parsed arguments and returning
 a JSON-able summary dict or `None`). Errors derived from [`dynamics.HeadflowError`][] become one
 line on stderr and exit status 2, with no traceback.
+
+Building the parser imports only the standard library and light modules of ours, so that
+`headflow --help`, `headflow COMMAND --help` and an argument that argparse rejects answer at
+once; JAX, `dynamics` and the experiments are imported once a command runs (by [`main`][] after
+parsing, and by each command's `func`). tests/test_startup.py keeps it so.
 """
 
 from __future__ import annotations
@@ -19,15 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-
-import jax
-
-from dynamics import HeadflowError, Interrupted, clear_stop, request_stop
-from dynamics.distributed import DistributedSettings, initialize, is_main_process
-
-from ._cache import configure as configure_cache
-from ._json import dumps
-from ._rundir import discard_active
 
 # Modules that register commands, in `--help` order.
 _COMMAND_MODULES = (
@@ -45,7 +41,7 @@ _COMMAND_MODULES = (
     "validation.commands.sweep",
     "validation.commands.schedule",
     "validation.commands.fit",
-    "validation.gpt2.cli",
+    "validation.commands.gpt2",   # not validation.gpt2.cli: importing it imports validation.gpt2
 )
 
 
@@ -103,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def emit_json(summary: dict) -> None:
     """Print `summary` as one JSON object on the last line of stdout."""
+    from ._json import dumps
+
     print(dumps(summary), flush=True)
 
 
@@ -124,6 +122,10 @@ def _run_in_worker(func, args, grace: float):
     `grace` seconds, or at a second signal, the run folders in progress are removed and the
     process exits at once (`os._exit`, see `validation._entry`).
     """
+    from dynamics import Interrupted, request_stop
+
+    from ._rundir import discard_active
+
     box: dict = {}
 
     def work():
@@ -172,10 +174,17 @@ def _run_in_worker(func, args, grace: float):
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit status (0, 2 for a bad input or a failed run, 130 or
     143 after SIGINT or SIGTERM)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)   # --help and bad arguments end here, before JAX is imported
+    import jax
+
+    from dynamics import HeadflowError, Interrupted, clear_stop
+    from dynamics.distributed import DistributedSettings, initialize, is_main_process
+
+    from ._cache import configure as configure_cache
+
     # headflow's theory and overlaps run in float64; the library never switches it on itself
     jax.config.update("jax_enable_x64", True)
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
         # before any JAX computation; every process then runs the same command
         settings = DistributedSettings.resolve(

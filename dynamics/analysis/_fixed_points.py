@@ -36,14 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
+from .._constants import STATIONARY_Z as STATIONARY_Z  # light: shown by `headflow --help`
 from .._linalg import psd_part
 from .._overlaps import ORDER_PARAMETERS, Overlaps
 from .._risk import population_risk
 from ..fields import AbstractField
 from ..ode import Integrator, integrate
-
-STATIONARY_Z = 0.25
-"""Default `z`: stationary when `|RHS_i| ≤ z·err_i + atol` for every component."""
 
 STATIONARY_ATOL = 1e-7
 """Default absolute floor of the stationarity tolerance (components whose error bar is exactly

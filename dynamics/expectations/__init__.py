@@ -1,6 +1,7 @@
 """Backends for the Gaussian expectations of the ODEs and risks
 (`docs/ode.md#expectation-backends`)."""
 
+from .._constants import MIN_SAMPLES as MIN_SAMPLES  # light: shown by `headflow --help`
 from .._errors import ConfigError
 from ._base import AbstractExpectation as AbstractExpectation
 from ._base import AbstractNodes as AbstractNodes
@@ -11,9 +12,6 @@ from ._mc import MonteCarlo as MonteCarlo
 from ._qmc import QuasiMonteCarlo as QuasiMonteCarlo
 from ._quadrature import Quadrature as Quadrature
 
-MIN_SAMPLES = 64
-"""The fewest nodes headflow accepts for an expectation: with fewer, the error estimate that
-comes with every number (a spread over nodes or replicates) is itself unreliable."""
 
 AUTO_MAX_SAMPLES = 1 << 18
 """The most nodes `[ode] samples = "auto"` chooses."""

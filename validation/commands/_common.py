@@ -1,4 +1,7 @@
-"""Pieces shared by the commands: config arguments, the run folder, progress, summaries."""
+"""Pieces shared by the commands: config arguments, the run folder, progress, summaries.
+
+Light on import (the parser is built from it): `dynamics`, numpy and the experiments are
+imported inside the functions that run a command (see `validation.commands._light`)."""
 
 from __future__ import annotations
 
@@ -7,21 +10,12 @@ import math
 import sys
 import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+from ._light import MIN_SAMPLES, known_activations
 
-from dynamics import Config, ConfigError, HeadflowError, load_config
-from dynamics.activations import activation_names
-from dynamics.config import parse_value
-from dynamics.expectations import MIN_SAMPLES
-from dynamics.ode import ODEResult
-from dynamics.sde import SDEResult
-
-from .._json import write as write_json
-from .._rundir import check_writable, default_out
-from ..experiments.compare import canonical_arrays, compare, ensemble_series
-from ..plots.fan import plot_fan
-from ..plots.trajectories import plot_trajectories
+if TYPE_CHECKING:
+    from dynamics import Config
 
 
 def add_config_args(p: argparse.ArgumentParser, *, config_required: bool = False) -> None:
@@ -61,6 +55,10 @@ def add_out_args(p: argparse.ArgumentParser) -> None:
 
 def checked(args: argparse.Namespace, out: Path) -> dict:
     """The summary of a `--check` run: the inputs are valid, the output folder usable."""
+    from dynamics import HeadflowError
+
+    from .._rundir import check_writable
+
     check_writable(out)
     if out.is_dir() and any(out.iterdir()) and not replace_out(args):
         raise HeadflowError(f"--out {out}: exists and is not empty; pass --force to replace it")
@@ -77,6 +75,8 @@ def replace_out(args: argparse.Namespace) -> bool:
 def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
     """Load `args.config` with the `--set` overrides, then the command's own flags, given as
     `attribute="section.key"` (e.g. `dim="sim.dim"`), when set."""
+    from dynamics import load_config
+
     overrides = list(args.set)
     for attr, dotted in flag_keys.items():
         value = getattr(args, attr, None)
@@ -86,6 +86,8 @@ def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
 
 
 def out_dir(args: argparse.Namespace, command: str, cfg: Config | None, extra: str = "") -> Path:
+    from .._rundir import default_out
+
     if args.out is not None:
         return args.out
     return default_out(command, (cfg.to_toml() if cfg is not None else "") + extra)
@@ -95,6 +97,8 @@ def check_dims(cfg: Config, dims) -> None:
     """Every dimension of `dims` (`--dims` and friends) is one `sim.dim` could be: for the
     attention model it exceeds `model.F`; for another model the config validates with it (e.g.
     `sim.space = "overlaps"` needs `D ≥ N + B + 1`)."""
+    from dynamics import ConfigError
+
     if cfg.model_kind == "attention":
         small = [d for d in dims if d < cfg.model.F + 1]
         if small:
@@ -112,6 +116,8 @@ def require_units(cfg: Config, needs: str, at_least: int = 2) -> None:
     """A one-line error unless the model has `at_least` exchangeable student units (attention
     heads, `model.H`; committee hidden units, `model.K`); `needs` is the start of the reason,
     e.g. `"phases need"`."""
+    from dynamics import ConfigError
+
     if cfg.model_kind == "attention":
         n, key, what = cfg.model.H, "model.H", "heads"
     else:
@@ -158,6 +164,8 @@ MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise t
 def explicit_sgd_noise(config: str | Path | None, sets: list[str]) -> bool | None:
     """The value of `[ode] sgd_noise` when the user set it explicitly (in the TOML file or by
     `--set`, the last one winning), else None (the config default does not count)."""
+    from dynamics.config import parse_value
+
     value = None
     if config is not None:
         try:
@@ -206,7 +214,7 @@ def float_list(text: str) -> tuple[float, ...]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}"
                                          ) from None
-    if not vals or not all(np.isfinite(vals)):
+    if not vals or not all(math.isfinite(v) for v in vals):
         raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got "
                                          f"{text!r}")
     return vals
@@ -225,7 +233,7 @@ def int_list(text: str) -> tuple[int, ...]:
 
 def activation_list(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    known = activation_names()
+    known = known_activations()
     bad = [n for n in names if n not in known]
     if not names or bad:
         raise argparse.ArgumentTypeError(f"unknown activation(s) {bad or text!r}; choose from "
@@ -241,6 +249,16 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     `ode_per_seed.npz` or `sde.npz` with a run axis and each run's `escape` time, NaN when it
     never escapes), for ensembles `ensemble.npz` ([`ensemble_series`][]), `report.json` and
     `compare.png`. Returns the report."""
+    import numpy as np
+
+    from dynamics.ode import ODEResult
+    from dynamics.sde import SDEResult
+
+    from .._json import write as write_json
+    from ..experiments.compare import canonical_arrays, compare, ensemble_series
+    from ..plots.fan import plot_fan
+    from ..plots.trajectories import plot_trajectories
+
     with rd.timed("compare"):
         sgd, res, report = compare(cfg, theory=theory, paths=paths, progress=show_progress())
     rd.save_npz("sgd.npz", sgd.arrays())
@@ -283,6 +301,8 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
 def require_attention(cfg: Config, command: str, reason: str | None = None) -> None:
     """A one-line error unless `cfg` is the attention model: `reason` says why `command` does
     not apply to another `model.kind`; without one, the command is not yet written for it."""
+    from dynamics import ConfigError
+
     if cfg.model_kind == "attention":
         return
     if reason is not None:

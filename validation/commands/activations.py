@@ -6,23 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
-from dynamics import ConfigError, HeadflowError
-from dynamics.activations import activation_names
-from dynamics.expectations import get_expectation
-from dynamics.analysis import STATIONARY_Z
-
-from ..plots import activations as plots
-from .._json import write as write_json
-from .._rundir import check_writable, run_dir
-from ..experiments.activations import (amplitude_sweep, bayes_risks, heads_sweep,
-                           long_time, mode_config, noise_excess, ode_tail_risk,
-                           power_law_slope, sgd_point, support_size, with_lr)
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
                       float_list, int_list, MODE_HELP, mode_of, out_dir, positive_float,
                       positive_int, replace_out, run_logger, sample_count)
 from ._common import require_attention
+from ._light import STATIONARY_Z, known_activations
 
 
 EXAMPLE = "headflow activations --set model.L=3 --amplitudes 2,3 --t-max 300"
@@ -47,7 +35,7 @@ def register(sub) -> None:
                    help="values of prior.amplitude (the spike amplitude √ν; a factor on "
                    "discrete points and on the Gaussian mean and standard deviations); "
                    "default: the config's amplitude times 1/3, 2/3, 1, 4/3")
-    p.add_argument("--activations", type=activation_list, default=activation_names(),
+    p.add_argument("--activations", type=activation_list, default=known_activations(),
                    metavar="A,B,...",
                    help="activations to compare")
     p.add_argument("--t-max", type=positive_float, default=4000.0,
@@ -87,6 +75,18 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import numpy as np
+
+    from dynamics import ConfigError, HeadflowError
+    from dynamics.activations import activation_names
+    from dynamics.expectations import get_expectation
+
+    from .._json import write as write_json
+    from .._rundir import check_writable, run_dir
+    from ..experiments.activations import (amplitude_sweep, bayes_risks, mode_config,
+                                           ode_tail_risk, sgd_point, support_size, with_lr)
+    from ..plots import activations as plots
+
     cfg = config_from_args(args)
     require_attention(cfg, "activations",
                       "it compares the attention activations against the Bayes risk "
@@ -208,6 +208,12 @@ def run(args) -> dict:
 
 def _eta_study(cfg, args, ev, rd, log, gf=None) -> dict:
     """Bayes-softmax at the config's amplitude and H: gradient flow, then the η² ODE per η."""
+    import numpy as np
+
+    from ..experiments.activations import (bayes_risks, long_time, mode_config, noise_excess,
+                                           power_law_slope)
+    from ..plots import activations as plots
+
     c = cfg.replace(**{"model.activation": "bayes_softmax"})
     if gf is None:
         gf = long_time(mode_config(c, "gradient_flow"), t_max=args.t_max,
@@ -244,6 +250,9 @@ def _eta_study(cfg, args, ev, rd, log, gf=None) -> dict:
 
 
 def _heads_study(cfg, args, mode, ev, rd, log, S, reuse) -> dict:
+    from ..experiments.activations import bayes_risks, heads_sweep
+    from ..plots import activations as plots
+
     runs = heads_sweep(cfg, args.heads, args.activations, mode=mode, t_max=args.t_max,
                        t_first=args.t_first, eval_backend=ev, reuse=reuse, on_run=log)
     (rb,), (rb_err,) = bayes_risks(cfg, [cfg.prior.amplitude], args.bayes_samples)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-
-from ..experiments.bayes import bayes_summary
-from .._json import write as write_json
-from .._rundir import run_dir
 from ._common import add_config_args, checked, config_from_args, out_dir, replace_out, sample_count
 from ._common import require_attention
 
@@ -27,6 +23,10 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.bayes import bayes_summary
+
     cfg = config_from_args(args)
     require_attention(cfg, "bayes",
                       "it computes the Bayes-optimal risk of the attention model's prior")

@@ -3,12 +3,9 @@ SGD."""
 
 from __future__ import annotations
 
-from dynamics import ConfigError
-
-from .._rundir import run_dir
-from ..experiments.compare import THEORIES
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
                       replace_out, write_comparison)
+from ._light import THEORIES
 
 
 EXAMPLE = "headflow compare validation/configs/escape.toml --dim 1000 --seeds 8 --paths 32"
@@ -37,6 +34,10 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from dynamics import ConfigError
+
+    from .._rundir import run_dir
+
     sde = args.theory == "sde"
     if args.paths is not None and not sde:
         raise ConfigError(f"--paths applies to --theory sde only (got --theory {args.theory})")

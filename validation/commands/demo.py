@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from importlib import resources
 
-import numpy as np
-
-from dynamics import Config, ConfigError
-from dynamics.config import parse_value
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.bayes import bayes_summary
 from .compare import verdict_lines
 from ._common import add_out_args, add_set_arg, checked, out_dir, replace_out, write_comparison
 
@@ -36,7 +29,20 @@ def demo_config_text() -> str:
     return resources.files("validation").joinpath("configs/demo.toml").read_text()
 
 
+def bayes_summary(cfg, samples: int) -> dict:
+    """[`validation.experiments.bayes.bayes_summary`][], imported on first use."""
+    from ..experiments.bayes import bayes_summary as summary
+
+    return summary(cfg, samples)
+
+
 def run(args) -> dict:
+    from dynamics import Config, ConfigError
+    from dynamics.config import parse_value
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+
     kinds = [x for x in args.set if x.partition("=")[0].strip() == "model.kind"]
     if kinds and parse_value(kinds[-1].partition("=")[2].strip()) != "attention":
         raise ConfigError("demo runs the attention model of validation/configs/demo.toml; for "
@@ -60,13 +66,13 @@ def run(args) -> dict:
 
 
 def _fmt(x: float | None) -> str:
-    return "never" if x is None or not np.isfinite(x) else f"{x:.1f}"
+    return "never" if x is None or not math.isfinite(x) else f"{x:.1f}"
 
 
 def _pm(final: dict) -> str:
     """`std ± its standard error` of one ensemble's final risk (n/a for a single run)."""
     std, se = final["std"], final["std_se"]
-    if std is None or not np.isfinite(std):
+    if std is None or not math.isfinite(std):
         return "n/a"
     return f"{std:.4f} ± {se:.4f}"
 

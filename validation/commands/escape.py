@@ -6,15 +6,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from dynamics import ConfigError
-from dynamics.measures import ESCAPE_THRESHOLD
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.escape import EXTRAPOLATE, escape_study, linear_theory_reason
-from ..plots.phases import plot_escape
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
                       positive_float, positive_int, replace_out, require_units, show_progress)
+from ._light import ESCAPE_THRESHOLD, EXTRAPOLATE
 
 
 def dims_list(text: str) -> list[int]:
@@ -92,6 +86,13 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from dynamics import ConfigError
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.escape import escape_study, linear_theory_reason
+    from ..plots.phases import plot_escape
+
     cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max", paths="sde.paths")
     require_units(cfg, "escape times need")
     reason = linear_theory_reason(cfg)

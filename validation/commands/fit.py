@@ -7,17 +7,14 @@ import argparse
 import sys
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from dynamics import HeadflowError
-from dynamics.ode import differentiable_keys
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.fit import MODELS, check_names, fit_curve
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
                       replace_out)
+from ._light import MODELS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EXAMPLE = ("headflow fit validation/configs/demo.toml --curve runs/sgd-XXXX/sgd.npz "
            "--params training.lr,model.noise")
@@ -57,6 +54,10 @@ def register(sub) -> None:
 
 def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """`(t, risk)` of an npz file; a seed axis of `risk` is averaged over."""
+    import numpy as np
+
+    from dynamics import HeadflowError
+
     try:
         with np.load(path) as data:
             missing = [k for k in ("t", "risk") if k not in data]
@@ -77,6 +78,13 @@ def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(args) -> dict:
+    from dynamics import HeadflowError
+    from dynamics.ode import differentiable_keys
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.fit import check_names, fit_curve
+
     cfg = config_from_args(args)
     check_names(args.params, differentiable_keys(cfg))
     t, risk = read_curve(args.curve)

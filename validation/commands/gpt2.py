@@ -23,11 +23,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from dynamics import HeadflowError
-
-from .._json import to_jsonable
-from .._json import write as write_json
-from .._rundir import atomic_file, check_writable, check_writable_file
 from ._common import nonneg_int, out_path, positive_float, positive_int
 
 _DOCS = 'Options and config keys: docs/gpt2.md, section "Command line".'
@@ -57,12 +52,16 @@ def _fingerprint(*parts) -> str:
 
 def require_out_dir(out: Path | None) -> None:
     """`--out DIR` can be created (or is a folder) and written, before anything is computed."""
+    from .._rundir import check_writable
+
     if out is not None:
         check_writable(out)
 
 
 def require_out_file(out: Path) -> None:
     """`--out FILE` is not a folder and its folder can be created and written."""
+    from .._rundir import check_writable_file
+
     check_writable_file(out, "a .npz file (gpt2 extract)")
 
 
@@ -70,6 +69,7 @@ def _tokenizer_dir(given: Path | None, checkpoint: Path | None = None) -> Path:
     """`--tokenizer DIR`, else the checkpoint folder, else the shared lookup order
     ([`find_bpe_dir`][]); its files must be there."""
     import validation.gpt2 as g
+    from dynamics import HeadflowError
 
     if given is not None:
         if not g.has_tokenizer(given):
@@ -87,6 +87,8 @@ def _tokenizer_dir(given: Path | None, checkpoint: Path | None = None) -> Path:
 
 
 def _check_length(length: int, n_positions: int) -> None:
+    from dynamics import HeadflowError
+
     if length < 2:
         raise HeadflowError(f"--length {length}: need L ≥ 2 (at least one selected and one "
                             "left-out token)")
@@ -341,6 +343,7 @@ def run_random_checkpoint(args: argparse.Namespace) -> dict[str, Any]:
 
     import validation.gpt2 as g
 
+    from .._json import to_jsonable
     from .._rundir import default_out, run_dir
 
     config = g.GPT2Config(
@@ -423,6 +426,8 @@ def run_extract(args: argparse.Namespace) -> dict[str, Any]:
 
     import validation.gpt2 as g
 
+    from .._json import to_jsonable
+
     out = _extract_out(args)
     require_out_file(out)
     config = g.check_checkpoint(args.checkpoint)
@@ -459,6 +464,8 @@ def _write_npz(out: Path, arrays: dict, *, compress: bool) -> None:
     """Write beside the destination, then rename into place (no partial file on failure)."""
     import numpy as np
 
+    from .._rundir import atomic_file
+
     with atomic_file(out) as tmp, open(tmp, "wb") as f:
         (np.savez_compressed if compress else np.savez)(f, **arrays)
 
@@ -481,6 +488,7 @@ def _toml_keys(text: str) -> list[str]:
 
 def _normalizer_names(text: str) -> list[str]:
     import validation.gpt2 as g
+    from dynamics import HeadflowError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
@@ -500,6 +508,7 @@ def bounds_config(args: argparse.Namespace, n_positions: int):
     **Returns:** the config. Raises [`dynamics.HeadflowError`][] for bad values.
     """
     import validation.gpt2 as g
+    from dynamics import HeadflowError
 
     overrides = dict(g.parse_override(s) for s in args.set)
     for attr, key in (
@@ -554,6 +563,8 @@ def run_bounds_command(args: argparse.Namespace) -> dict[str, Any]:
 
     import validation.gpt2 as g
 
+    from .._json import to_jsonable
+    from .._json import write as write_json
     from .._rundir import default_out, run_dir
 
     t0 = time.perf_counter()
@@ -633,6 +644,8 @@ def run_train(args: argparse.Namespace) -> dict[str, Any]:
 
     import validation.gpt2 as g
 
+    from .._json import to_jsonable
+    from .._json import write as write_json
     from .._rundir import default_out, run_dir
 
     cfg = g.TrainConfig(

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-
-from dynamics.ode import run_ode
-
-from .._rundir import run_dir
-from ..plots.trajectories import plot_trajectories
 from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
                       replace_out, show_progress)
 
@@ -24,6 +19,11 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from dynamics.ode import run_ode
+
+    from .._rundir import run_dir
+    from ..plots.trajectories import plot_trajectories
+
     cfg = config_from_args(args)
     out = out_dir(args, "ode", cfg)
     if args.check:

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-
-import jax
-
-from dynamics import ConfigError
-from dynamics.measures import ESCAPE_THRESHOLD, alignment
-from sims import run_sgd
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.phases import layout_phases, ode_trajectory, seed_summary
-from ..plots.phases import alignment_labels, plot_phases
 from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
                       positive_float, positive_int, replace_out, require_units, show_progress)
+from ._light import ESCAPE_THRESHOLD
 
 
 EXAMPLE = "headflow phases validation/configs/staged.toml"
@@ -46,6 +36,17 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import jax
+
+    from dynamics import ConfigError
+    from dynamics.measures import alignment
+    from sims import run_sgd
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.phases import layout_phases, ode_trajectory, seed_summary
+    from ..plots.phases import alignment_labels, plot_phases
+
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
     require_units(cfg, "phases need")
     attention = cfg.model_kind == "attention"

@@ -5,26 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-import jax
-import numpy as np
-
-from dynamics import HeadflowError
-from dynamics.expectations import get_expectation
-from dynamics.activations import activation_names
-from dynamics.analysis import STATIONARY_Z
-from sims import run_sgd
-
-from ..plots import activations as plots
-from .._json import write as write_json
-from .._rundir import check_writable, run_dir
-from ..experiments.activations import long_time, mode_config
-from ..experiments.pruning import (CRITERIA, PRUNABLE_TOLERANCE, PruneCurve, SubsetRisk,
-                       first_needed_jump, head_statistics, prunable_count, prune_curve,
-                       random_curves)
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
                       MODE_HELP, mode_of, out_dir, positive_float, positive_int, replace_out,
                       run_logger, sample_count)
 from ._common import require_attention
+from ._light import CRITERIA, PRUNABLE_TOLERANCE, STATIONARY_Z, known_activations
 
 
 EXAMPLE = "headflow prune --set model.H=4 --criterion greedy"
@@ -43,7 +28,7 @@ def register(sub) -> None:
         f"{1 + PRUNABLE_TOLERANCE:g} x the unpruned risk. " + MODE_HELP + " Writes prune.json, "
         "prune.npz and prune.png.", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_config_args(p)
-    p.add_argument("--activations", type=activation_list, default=activation_names(),
+    p.add_argument("--activations", type=activation_list, default=known_activations(),
                    metavar="A,B,...",
                    help="activations to compare")
     p.add_argument("--criterion", choices=CRITERIA, default="greedy",
@@ -68,6 +53,21 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import jax
+    import numpy as np
+
+    from dynamics import HeadflowError
+    from dynamics.expectations import get_expectation
+    from sims import run_sgd
+
+    from .._json import write as write_json
+    from .._rundir import check_writable, run_dir
+    from ..experiments.activations import long_time, mode_config
+    from ..experiments.pruning import (PruneCurve, SubsetRisk, first_needed_jump,
+                                       head_statistics, prunable_count, prune_curve,
+                                       random_curves)
+    from ..plots import activations as plots
+
     cfg = config_from_args(args)
     require_attention(cfg, "prune",
                       "it prunes attention heads")

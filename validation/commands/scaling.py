@@ -3,12 +3,6 @@ slope in log-log (finite-size scaling)."""
 
 from __future__ import annotations
 
-from dynamics import ConfigError
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.scaling import SLOPE_EXPECTED, scaling_study
-from ..plots.scaling import plot_scaling
 from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir, positive_int,
                       replace_out, show_progress)
 from .escape import dims_list
@@ -40,6 +34,13 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from dynamics import ConfigError
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.scaling import scaling_study
+    from ..plots.scaling import plot_scaling
+
     cfg = config_from_args(args, seeds="sim.seeds")
     if len(args.dims) < 3:
         raise ConfigError(f"--dims: need at least three dimensions for a slope interval, got "
@@ -74,6 +75,8 @@ def run(args) -> dict:
 
 def summary_lines(report: dict, *, verdict: bool = True) -> list[str]:
     """The text report: δ per D with its split, the slopes and (with `verdict`) the verdict."""
+    from ..experiments.scaling import SLOPE_EXPECTED
+
     lines = []
     for i, D in enumerate(report["dims"]):
         lines.append(f"  D = {D}: delta {report['delta'][i]:.4e} ± {report['delta_se'][i]:.1e} "

@@ -4,16 +4,9 @@ checked in SGD against the best constant η."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-import numpy as np
-
-from dynamics import HeadflowError
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.schedule import design_schedule
-from ..plots.schedule import plot_schedule
 from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
                       positive_int, replace_out, show_progress)
 
@@ -27,7 +20,7 @@ def _lr_range(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected LOW,HIGH (two numbers), got {text!r}"
                                          ) from None
-    if not (0 < lo < hi < np.inf):
+    if not (0 < lo < hi < math.inf):
         raise argparse.ArgumentTypeError(f"expected 0 < LOW < HIGH, got {text!r}")
     return lo, hi
 
@@ -61,6 +54,15 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import numpy as np
+
+    from dynamics import HeadflowError
+
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.schedule import design_schedule
+    from ..plots.schedule import plot_schedule
+
     cfg = config_from_args(args, budget="training.t_max", dim="sim.dim", seeds="sim.seeds")
     if args.knots < 2:
         raise HeadflowError(f"--knots {args.knots}: need at least 2 knots")

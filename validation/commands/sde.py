@@ -4,21 +4,13 @@ from __future__ import annotations
 
 import sys
 
-import numpy as np
-
-from dynamics import ConfigError, DivergenceError
-from dynamics.measures import escape_quantiles
-from dynamics.ode import BLOWUP
-from dynamics.sde import run_sde
-
-from .._rundir import run_dir
-from ..plots.fan import plot_fan
 from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
                       positive_int, replace_out, show_progress)
 
 EXAMPLE = ("headflow sde validation/configs/demo.toml --dim 1000 --paths 64 "
            "--set sde.samples_drift=4096")
 """Shown at the end of `--help`."""
+
 
 def register(sub) -> None:
     p = sub.add_parser("sde", help="ensemble of paths of the overlaps' SDE at dimension D "
@@ -35,6 +27,16 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import numpy as np
+
+    from dynamics import ConfigError, DivergenceError
+    from dynamics.measures import escape_quantiles
+    from dynamics.ode import BLOWUP
+    from dynamics.sde import run_sde
+
+    from .._rundir import run_dir
+    from ..plots.fan import plot_fan
+
     cfg = config_from_args(args, dim="sim.dim", paths="sde.paths")
     if cfg.sde.dt > cfg.training.t_max:     # checked here: other commands ignore [sde]
         raise ConfigError(f"sde.dt = {cfg.sde.dt}: must be <= training.t_max")

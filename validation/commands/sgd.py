@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from sims import run_sgd
-
-from .._rundir import run_dir
-from ..plots.trajectories import plot_trajectories
 from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
                       positive_int, replace_out, show_progress)
 
@@ -29,6 +23,13 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    import numpy as np
+
+    from sims import run_sgd
+
+    from .._rundir import run_dir
+    from ..plots.trajectories import plot_trajectories
+
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
     out = out_dir(args, "sgd", cfg)
     if args.check:

@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from dynamics.measures import ESCAPE_THRESHOLD
-
-from .._json import write as write_json
-from .._rundir import run_dir
-from ..experiments.phase_diagram import class_names, classify
-from ..experiments.sweep import STATUS, parse_grid, run_sweep
-from ..plots.phases import plot_phase_diagram, plot_sweep
 from ._common import (add_config_args, checked, config_from_args, describe_model, out_dir,
                       positive_float, positive_int, replace_out, show_progress)
+from ._light import ESCAPE_THRESHOLD
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 EXAMPLE = ("headflow sweep validation/configs/escape.toml --grid training.lr=0.5,1 "
@@ -45,6 +42,12 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
+    from .._json import write as write_json
+    from .._rundir import run_dir
+    from ..experiments.phase_diagram import class_names, classify
+    from ..experiments.sweep import STATUS, parse_grid, run_sweep
+    from ..plots.phases import plot_phase_diagram, plot_sweep
+
     cfg = config_from_args(args)
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
@@ -87,6 +90,8 @@ def run(args) -> dict:
 
 
 def _axis_array(values) -> np.ndarray:
+    import numpy as np
+
     return (np.asarray(values, dtype=float) if _numeric(values)
             else np.asarray([str(x) for x in values]))
 
@@ -97,4 +102,4 @@ def _numeric(values) -> bool:
 
 def _num(x):
     x = float(x)
-    return x if np.isfinite(x) else None
+    return x if math.isfinite(x) else None

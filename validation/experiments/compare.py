@@ -19,9 +19,7 @@ from dynamics.hooks import ode_state, state_risk
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
 
-THEORIES = ("sde", "ode", "ode-per-seed")
-"""What `headflow compare --theory` compares SGD with: the SDE ensemble at the run's D, the
-ODE from the seed-mean initial overlaps, or one ODE per seed from its own initial overlaps."""
+from ._constants import THEORIES as THEORIES  # light: shown by `headflow compare --help`
 
 MEAN_Z_MAX = 4.0
 """The ensemble means of the risk agree when they differ by at most this many combined

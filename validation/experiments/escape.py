@@ -50,6 +50,7 @@ from dynamics.ode import BLOWUP, Integrator, backend_of
 from sims import run_sgd
 from sims.attention import sgd_overlaps
 
+from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
 from .compare import escapes_of
 
@@ -62,9 +63,6 @@ depends on D)."""
 
 STAT_QUANTILES = (0.1, 0.5, 0.9)
 """The escape-time quantiles of the per-D statistics ([`escape_stats`][])."""
-
-EXTRAPOLATE = (10_000, 100_000, 1_000_000)
-"""Default dimensions of the SDE extrapolation (beyond the reach of SGD)."""
 
 
 @dataclasses.dataclass

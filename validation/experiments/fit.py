@@ -17,13 +17,10 @@ from dynamics.models.attention import PARAMS, LearningCurve, SDECurve
 from dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
 from dynamics.sde import ModelSDECurve, sde_curve_from_config
 
+from ._constants import MODELS as MODELS  # light: shown by `--help`
+
 Curve = LearningCurve | ModelCurve | SDECurve | ModelSDECurve
 """The differentiable curves a fit runs on."""
-
-MODELS = ("ode", "sde")
-"""The models of a curve: `"ode"` ([`dynamics.ode.curve_from_config`][], the D → ∞ limit from one
-initial state) and `"sde"` ([`dynamics.sde.sde_curve_from_config`][], the mean over SDE paths
-at `[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,10 +36,8 @@ from dynamics.activations import AbstractActivation
 from dynamics.measures import alignment
 from dynamics.expectations import AbstractExpectation, AbstractNodes
 
-PRUNABLE_TOLERANCE = 0.05
-"""`prunable`: heads removable before the risk exceeds `(1 + 0.05) ×` the unpruned risk."""
-
-CRITERIA = ("greedy", "ablation")
+from ._constants import CRITERIA as CRITERIA  # light: shown by `--help`
+from ._constants import PRUNABLE_TOLERANCE as PRUNABLE_TOLERANCE
 
 
 class Pruned(AbstractActivation):

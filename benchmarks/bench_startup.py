@@ -1,0 +1,64 @@
+"""Benchmark of the start-up time (issue: "import nothing heavy until a command needs it").
+
+Times, in fresh interpreters and in one run (median of `--repeat` runs each):
+
+1. `python -m validation --help` (target: under 0.5 s on an idle 2-core machine);
+2. `python -m validation ode --help` (same target);
+3. `python -c "import jax"`, the baseline: what every `--help` paid before.
+
+and prints the ratios of 1 and 2 to 3, so that a busy machine (which slows all three alike)
+still gives a meaningful comparison.
+
+Usage: `python benchmarks/bench_startup.py [--repeat 5]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CASES = {
+    "headflow --help": [sys.executable, "-m", "validation", "--help"],
+    "headflow ode --help": [sys.executable, "-m", "validation", "ode", "--help"],
+    "import jax (baseline)": [sys.executable, "-c", "import jax"],
+}
+
+
+def wall_time(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs per case (median; default 5)")
+    args = parser.parse_args()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    medians = {}
+    for name, cmd in CASES.items():
+        wall_time(cmd, env)                      # warm the file-system cache
+        times = [wall_time(cmd, env) for _ in range(args.repeat)]
+        medians[name] = statistics.median(times)
+        print(f"{name:24s} median {medians[name]:.3f} s  (min {min(times):.3f}, max "
+              f"{max(times):.3f}, {args.repeat} runs)", flush=True)
+    base = medians["import jax (baseline)"]
+    for name in ("headflow --help", "headflow ode --help"):
+        print(f"{name:24s} / import jax = {medians[name] / base:.3f}  (target: under 0.5 s on "
+              f"an idle 2-core machine: {'met' if medians[name] < 0.5 else 'NOT met'} here)")
+
+
+if __name__ == "__main__":
+    main()
