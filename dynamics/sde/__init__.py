@@ -10,6 +10,8 @@ from ._run import initial_states as initial_states
 from ._run import path_keys as path_keys
 from ._run import run_sde as run_sde
 from ._run import solve_groups as solve_groups
+from ._run import SDESetup as SDESetup
+from ._run import sde_setup as sde_setup
 from ._solve import NOISE_FACTORS as NOISE_FACTORS
 from ._solve import SOLVERS as SOLVERS
 from ._solve import OverlapSDE as OverlapSDE

@@ -14,7 +14,7 @@ import numpy as np
 from jax.tree_util import Partial
 from jaxtyping import Array, Float, Key
 
-from ..hooks import check_dim, sde_curve_of, sde_terms, start_sampler
+from ..hooks import sde_curve_of, sde_terms, start_sampler
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, AbstractNodes
@@ -135,31 +135,21 @@ class ModelSDECurve(eqx.Module):
         `[output]` grid), `adjoint` (`"forward"` or `"recursive"`)."""
         from .._errors import HeadflowError, require_x64
         from ..ode import adjoint_of, risk_rule
-        from ._run import build_sde, path_keys
-        from ._solve import get_sde_solver, step_grid
+        from ._run import sde_setup
 
         require_x64("the SDE learning curve")
         if adjoint == "backsolve":
             raise HeadflowError("the SDE learning curve: adjoint 'backsolve' needs a continuous "
                                 "adjoint; use 'forward' or 'recursive'")
-        model = cfg.build_model()
-        D = cfg.sim.dim if dim is None else int(dim)
-        N = cfg.sde.paths if paths is None else int(paths)
-        check_dim(model, D)
-        if N < 1:
-            raise HeadflowError(f"--paths {N}: must be >= 1")
-        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-        grid = step_grid(ts, cfg.sde.dt)
-        sde = build_sde(cfg, D, model)
-        selectors = tuple(model.hyperparameters(cfg.training, sde.drift.steps))
-        base = {k: jnp.asarray(_get(sde.drift, target, sel), jnp.float64)
+        s = sde_setup(cfg, dim=dim, paths=paths, times=times)
+        model, drift = s.model, s.sde.drift
+        selectors = tuple(model.hyperparameters(cfg.training, drift.steps))
+        base = {k: jnp.asarray(_get(drift, target, sel), jnp.float64)
                 for k, target, sel in selectors}
-        init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-        return cls(sde=sde, solver=get_sde_solver(cfg.sde.solver),
-                   nodes=risk_rule(cfg).nodes(model.n_rows), ts=jnp.asarray(ts),
-                   grid=jnp.asarray(grid), init_keys=init_keys, bm_keys=bm_keys, base=base,
-                   adjoint=adjoint_of(adjoint), selectors=selectors, dim=D,
-                   tol=float(np.min(np.diff(grid))) / 8.0)
+        return cls(sde=s.sde, solver=s.solver, nodes=risk_rule(cfg).nodes(model.n_rows),
+                   ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid), init_keys=s.init_keys,
+                   bm_keys=s.bm_keys, base=base, adjoint=adjoint_of(adjoint),
+                   selectors=selectors, dim=s.dim, tol=s.tol)
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -3,6 +3,7 @@ model (what is model-specific comes through `dynamics.hooks`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -118,6 +119,48 @@ def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,
     return _initial(start_sampler(model, cfg), diffusion, keys, int(dim))
 
 
+@dataclasses.dataclass(frozen=True)
+class SDESetup:
+    """What an ensemble of SDE paths of a config is run with ([`sde_setup`][]): the `model`,
+    the dimension `dim` and number of `paths`, the save `times`, the step `grid` and the
+    Brownian trees' `tol`, the `sde` and its `solver`, and each path's initial-state and
+    Brownian keys."""
+
+    model: Any
+    dim: int
+    paths: int
+    times: np.ndarray
+    grid: np.ndarray
+    tol: float
+    sde: OverlapSDE
+    solver: Any
+    init_keys: Key[Array, " n"]
+    bm_keys: Key[Array, " n"]
+
+
+def sde_setup(cfg: Config, *, dim: int | None = None, paths: int | None = None,
+              times=None) -> SDESetup:
+    """The objects of an ensemble of SDE paths of `cfg` (shared by [`run_sde`][] and the
+    differentiable SDE curves): `dim` (default `[sim] dim`), `paths` (default `[sde] paths`),
+    `times` (default the `[output]` grid).
+
+    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the model or
+    `paths < 1`."""
+    model = cfg.build_model()
+    D = cfg.sim.dim if dim is None else int(dim)
+    N = cfg.sde.paths if paths is None else int(paths)
+    check_dim(model, D)
+    if N < 1:
+        raise HeadflowError(f"--paths {N}: must be >= 1")
+    ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
+    grid = step_grid(ts, cfg.sde.dt)
+    init_keys, bm_keys = path_keys(cfg.sde.seed, N)
+    return SDESetup(model=model, dim=D, paths=N, times=ts, grid=grid,
+                    tol=float(np.min(np.diff(grid))) / 8.0, sde=build_sde(cfg, D, model),
+                    solver=get_sde_solver(cfg.sde.solver), init_keys=init_keys,
+                    bm_keys=bm_keys)
+
+
 def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: np.ndarray,
                  tol: float, *, group: int | None, progress: bool, desc: str
                  ) -> tuple[Array, float, float]:
@@ -167,21 +210,11 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
     """
     require_x64("the overlap SDE")
-    model = cfg.build_model()
-    D = cfg.sim.dim if dim is None else int(dim)
-    N = cfg.sde.paths if paths is None else int(paths)
-    check_dim(model, D)
-    if N < 1:
-        raise HeadflowError(f"--paths {N}: must be >= 1")
+    s = sde_setup(cfg, dim=dim, paths=paths)
     check_stop()
-    times = cfg.save_times()
-    grid = step_grid(times, cfg.sde.dt)
-    tol = float(np.min(np.diff(grid))) / 8.0
-    sde = build_sde(cfg, D, model)
-    solver = get_sde_solver(cfg.sde.solver)
-    init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-    y0 = initial_states(cfg, model, init_keys, D, sde.diffusion)
-    y, compile_s, run_s = solve_groups(sde, solver, y0, bm_keys, times, grid, tol,
+    model, D, N, times, grid, sde = s.model, s.dim, s.paths, s.times, s.grid, s.sde
+    y0 = initial_states(cfg, model, s.init_keys, D, sde.diffusion)
+    y, compile_s, run_s = solve_groups(sde, s.solver, y0, s.bm_keys, times, grid, s.tol,
                                        group=group, progress=progress, desc=f"SDE D={D} x{N}")
     valid = domain(y, sde.diffusion)
     ok = np.asarray(valid)

@@ -46,9 +46,8 @@ from dynamics import analysis as stab
 from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
                                persistent_crossing)
 from dynamics.models.attention import symmetric_start
-from dynamics.ode import BLOWUP, Integrator, backend_of
-from sims import run_sgd
-from sims.attention import sgd_overlaps
+from dynamics.ode import BLOWUP, Integrator, backend_of, model_arrays
+from sims import simulate_states
 
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
@@ -190,15 +189,14 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
 def _sgd_alignment(cfg: Config, D: int, seed_list: list[int], times: np.ndarray,
                    progress: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`(t, a, g)`: the times and the two alignment arrays of the model's layout (seed axis
-    first) of SGD at D over `seed_list` (the attention model skips the recorded risk)."""
-    if cfg.model_kind == "attention":
-        steps, ov = sgd_overlaps(cfg, dim=D, seed_list=seed_list, times=times,
-                                 progress=progress)
-        return steps / D, np.asarray(ov.m), np.asarray(ov.q)
-    sgd = run_sgd(cfg, dim=D, seeds=len(seed_list), times=times, progress=progress)
-    a, g = sgd.model.layout.alignment
-    arrays = sgd.arrays()
-    return arrays["t"], arrays[a], arrays[g]
+    first) of SGD at D over `seed_list` (the risk is not recorded: the escape does not need
+    it)."""
+    model = cfg.build_model()
+    steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
+                                    start=None, progress=progress)
+    a, g = model.layout.alignment
+    named = model_arrays(model, states)
+    return np.asarray(steps) / D, named[a], named[g]
 
 
 def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:

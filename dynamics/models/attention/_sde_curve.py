@@ -10,17 +10,16 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Key
 
 from ..._errors import HeadflowError, require_x64
-from ...hooks import check_dim, sde_curve_of
+from ...hooks import sde_curve_of
 from ..._model import Model
 from ..._risk import population_risk, risk_nodes
 from ...config import Config
-from ...expectations import AbstractNodes, MonteCarlo
-from ...ode import adjoint_of
-from ...sde import OverlapSDE, build_sde, get_sde_solver, path_keys, solve_paths, step_grid
+from ...expectations import AbstractNodes
+from ...ode import adjoint_of, risk_rule
+from ...sde import OverlapSDE, sde_setup, solve_paths
 from ._curve import param_defaults, substitute
 from ._diffusion import flatten, unflatten
 from ._start import random_start
@@ -77,23 +76,12 @@ class SDECurve(eqx.Module):
         if adjoint == "backsolve":
             raise HeadflowError("SDECurve: adjoint 'backsolve' needs a continuous adjoint; "
                                 "use 'forward' or 'recursive'")
-        model = cfg.build_model()
-        D = cfg.sim.dim if dim is None else int(dim)
-        N = cfg.sde.paths if paths is None else int(paths)
-        if N < 1:
-            raise HeadflowError(f"--paths {N}: must be >= 1")
-        check_dim(model, D)
-        ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-        grid = step_grid(ts, cfg.sde.dt)
-        sde = build_sde(cfg, D, model)
-        init_keys, bm_keys = path_keys(cfg.sde.seed, N)
-        nodes = risk_nodes(model, MonteCarlo(samples=cfg.sim.risk_samples, seed=cfg.ode.seed))
-        return cls(sde=sde, solver=get_sde_solver(cfg.sde.solver), nodes=nodes,
-                   ts=jnp.asarray(ts), grid=jnp.asarray(grid), init_keys=init_keys,
-                   bm_keys=bm_keys, start_model=model,
-                   base=param_defaults(cfg, sde.drift.steps), adjoint=adjoint_of(adjoint),
-                   amplitude=float(cfg.prior.amplitude), dim=D,
-                   tol=float(np.min(np.diff(grid))) / 8.0)
+        s = sde_setup(cfg, dim=dim, paths=paths, times=times)
+        return cls(sde=s.sde, solver=s.solver, nodes=risk_nodes(s.model, risk_rule(cfg)),
+                   ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid), init_keys=s.init_keys,
+                   bm_keys=s.bm_keys, start_model=s.model,
+                   base=param_defaults(cfg, s.sde.drift.steps), adjoint=adjoint_of(adjoint),
+                   amplitude=float(cfg.prior.amplitude), dim=s.dim, tol=s.tol)
 
     def defaults(self) -> dict[str, Array]:
         """The config's values of every parameter it has ([`param_defaults`][])."""
