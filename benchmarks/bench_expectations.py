@@ -11,8 +11,12 @@ Gaussian expectations (`docs/ode.md#nodes`). Prints, for each config:
 The error is the root mean square, over the entries of `d(overlaps)/dt` and `--seeds`
 scramblings, of the difference from a `--reference`-node `model` field, at two states: the
 config's start and a random state with overlaps of order one. The time is one evaluation of
-the jitted field (median of 5, compile excluded). The last lines give the ratio of node counts
-(and of times) that `heads` needs for the error `model` reaches, interpolated log-log.
+the jitted field (median of 5, compile excluded). `leak` is the largest component of the field
+that leaves the subspace the prior's feature group fixes (zero overlap with the sign-symmetric
+features, equal overlaps with exchangeable ones), relative to the field's largest entry, at a
+random state on that subspace (worst over the seeds): the exact field has none. The last
+lines give the ratio of node counts (and of times) that `heads` needs for the error `model`
+reaches, interpolated log-log.
 
 Usage: `python benchmarks/bench_expectations.py [--configs demo,stages_mean,activations_onehot]
 [--samples 256,1024,4096] [--seeds 4] [--reference 65536]`.
@@ -66,6 +70,26 @@ def random_state(key, H: int, F: int) -> d.Overlaps:
                                0.3 * jr.normal(k[4], (H,)))
 
 
+def invariant_state(key, H: int, sym) -> d.Overlaps:
+    """A random state on the subspace the feature group fixes: zero overlap with every
+    sign-symmetric feature, equal overlaps with the features of one class."""
+    ov = random_state(key, H, sym.F)
+    m = ov.m.at[:, list(sym.flips)].set(0.0)
+    for cls in sym.classes:
+        m = m.at[:, list(cls)].set(m[:, cls[:1]])
+    return d.Overlaps.manifold(m, m @ m.T + ov.r, ov.n, ov.s, ov.b)
+
+
+def leak(dv: d.Overlaps, sym) -> float:
+    """The largest component of `dv` leaving the subspace of [`invariant_state`][], relative
+    to the largest entry of `dv`."""
+    m = np.asarray(dv.m)
+    parts = [np.abs(m[:, list(sym.flips)]).ravel()]
+    parts += [np.abs(m[:, list(c)] - m[:, c[:1]]).ravel() for c in sym.classes]
+    scale = max(float(np.max(np.abs(np.asarray(x)))) for x in jax.tree.leaves(dv))
+    return float(np.max(np.concatenate(parts))) / scale
+
+
 def flat(ov) -> np.ndarray:
     return np.concatenate([np.asarray(getattr(ov, k)).ravel() for k in ("m", "q", "n", "s",
                                                                          "b")])
@@ -101,20 +125,22 @@ def run_config(name: str, samples: list[int], seeds: int, reference: int) -> Non
     model = cfg.build_model()
     base = build_field(cfg, model)
     start = initial_state(cfg, model).on_manifold()
+    sym = model.prior.symmetry()
     states = jax.tree.map(lambda a, b: jnp.stack([a, b]), start,
                           random_state(jr.key(0), model.H, model.F))
+    on_subspace = jax.tree.map(lambda a: a[None], invariant_state(jr.key(1), model.H, sym))
     ref_nodes = key_nodes(model, QuasiMonteCarlo(samples=reference, seed=12345))
     ref = evaluate(eqx.tree_at(lambda f: f.nodes, base, ref_nodes), states)
     ref_flat = np.stack([flat(jax.tree.map(lambda x: x[i], ref)) for i in range(2)])
-    sym = model.prior.symmetry()
     print(f"\n== {name}: H={model.H} F={model.F} L={model.L} {type(model.prior).__name__} "
           f"{model.activation.name}; feature group: flips {sym.flips}, classes {sym.classes}; "
           f"field {type(base).__name__}; reference {ref_nodes.size} nodes")
-    print(f"{'nodes':>8} {'variant':>12} {'orbit':>6} {'rms error':>11} {'ms/eval':>9}")
+    print(f"{'nodes':>8} {'variant':>12} {'orbit':>6} {'rms error':>11} {'ms/eval':>9} "
+          f"{'leak':>9}")
     table: dict[str, list[tuple[int, float, float]]] = {}
     for n in samples:
         for var, (m, features) in variants(model).items():
-            errs, size, orbit, secs = [], 0, 1, 0.0
+            errs, leaks, size, orbit, secs = [], [], 0, 1, 0.0
             for seed in range(seeds):
                 nodes = key_nodes(m, QuasiMonteCarlo(samples=n, seed=seed), features=features)
                 field = eqx.tree_at(lambda f: f.model, eqx.tree_at(lambda f: f.nodes, base,
@@ -122,19 +148,22 @@ def run_config(name: str, samples: list[int], seeds: int, reference: int) -> Non
                 out = evaluate(field, states)
                 est = np.stack([flat(jax.tree.map(lambda x: x[i], out)) for i in range(2)])
                 errs.append(np.mean((est - ref_flat) ** 2))
+                leaks.append(leak(jax.tree.map(lambda x: x[0], evaluate(field, on_subspace)),
+                                  sym))
                 size, orbit = nodes.size, getattr(nodes, "orbit", 1)
                 if seed == 0:
                     secs = timed(field, states)
             rms = float(np.sqrt(np.mean(errs)))
             table.setdefault(var, []).append((size, rms, secs))
-            print(f"{size:>8} {var:>12} {orbit:>6} {rms:>11.3e} {1e3 * secs:>9.2f}")
+            print(f"{size:>8} {var:>12} {orbit:>6} {rms:>11.3e} {1e3 * secs:>9.2f} "
+                  f"{max(leaks):>9.1e}")
     new = table["model"]
     for var, rows in table.items():
         if var == "model":
             continue
         size, err, secs = (np.log(np.array(c)) for c in zip(*rows))
         order = np.argsort(err)
-        for n_new, e_new, t_new in new:
+        for n_new, e_new, t_new in {row[0]: row for row in new}.values():
             if not err.min() <= np.log(e_new) <= err.max():
                 print(f"   {var}: error {e_new:.2e} of model@{n_new} outside the range "
                       f"measured for {var}")

@@ -111,14 +111,11 @@ def _off_subspace(ov: Overlaps, zero: tuple[int, ...], equal_heads: bool) -> flo
     if equal_heads:
         for name in ("m", "n", "b", "vks", "kvs"):
             x = getattr(ov, name)
-            parts.append(x - x[..., :1, ...] if x.ndim > 1 and name in ("m", "vks")
-                         else x - x[..., :1])
+            parts.append(x - x[:1])
         for name in ("q", "s", "kv"):
             x = getattr(ov, name)
-            diag = jnp.diagonal(x, axis1=-2, axis2=-1)
-            off = x[..., 0, 1]
-            parts += [diag - diag[..., :1], x - jnp.eye(x.shape[-1]) * diag[..., None, :]
-                      - off[..., None, None] * (1 - jnp.eye(x.shape[-1]))]
+            eye = jnp.eye(x.shape[-1])
+            parts.append(x - x[0, 0] * eye - x[0, 1] * (1 - eye))
     return max(float(jnp.max(jnp.abs(p))) for p in parts if p.size)
 
 
@@ -143,7 +140,10 @@ def test_manifold_field_is_tangent_to_the_invariant_subspaces(activation, sample
     assert float(jnp.max(jnp.abs(dm[:, 1] - dm[:, 2]))) < 1e-12 * _scale(dm)
 
 
-@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("activation", [
+    pytest.param("softmax", marks=pytest.mark.slow),
+    pytest.param("softmax1", marks=pytest.mark.slow),
+    "bayes_softmax"])
 def test_ode_stays_on_the_invariant_subspace(activation):
     """Integrated from a state with zero overlap on the sign-symmetric features and equal
     heads, the 256-node ODE stays there to round-off while the rest moves at O(1)."""
@@ -151,7 +151,7 @@ def test_ode_stays_on_the_invariant_subspace(activation):
     zero = (1, 2)
     ov0 = _state(jr.key(7), 2, 3, zero=zero, equal_heads=True)
     sol = integrate(field, ov0, np.linspace(0.0, 3.0, 4), Integrator.adaptive(rtol=1e-8))
-    ov = jax.tree.map(lambda x: x[-1], sol.ys)
+    ov = jax.tree.map(lambda x: x[-1], sol.overlaps)
     assert _off_subspace(ov, zero, True) < 1e-12
     assert float(jnp.max(jnp.abs(ov.m - ov0.m))) > 1e-2
 
