@@ -180,7 +180,7 @@ def test_gaussian_theta_joins_the_signal_token():
     assert prior.n_node_dims == 0 and prior.n_normal_dims == 2
     ov = _state(jr.key(11), 2, 2)
     risk, err = population_risk(model, ov, QuasiMonteCarlo(samples=1 << 14))
-    n = 1 << 17
+    n = 1 << 16
     kt, ks, kp = jr.split(jr.key(12), 3)
     theta = prior.sample(kt, (n,))
     g_star = jr.normal(ks, (n, 2, 3))
