@@ -39,10 +39,6 @@ def unit_permutations(n: int, max_group: int = MAX_GROUP) -> np.ndarray:
     return np.array([np.roll(np.arange(n), k) for k in range(n)], dtype=np.int64)
 
 
-def identity_group(dim: int) -> Group:
-    return np.arange(dim)[None, :], np.ones((1, dim))
-
-
 def row_group(dim: int, offset: int, cols: int, perms: np.ndarray,
               signs: np.ndarray | None = None) -> Group:
     """The group acting on the `(rows, cols)` block of the node vector at `offset` (row-major)
