@@ -66,7 +66,7 @@ STAT_QUANTILES = (0.1, 0.5, 0.9)
 
 @dataclasses.dataclass
 class LinearTheory:
-    """The linear-stability side: the [`dynamics.stability.StabilityResult`][], the per-draw
+    """The linear-stability side: the [`dynamics.analysis.StabilityResult`][], the per-draw
     log linear spread `log_spread (n, T)` at D = 1, and its median `median_log (T)`."""
 
     result: stab.StabilityResult
