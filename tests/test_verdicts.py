@@ -26,19 +26,32 @@ def _same_law(rng, stat, n: int) -> np.ndarray:
     return 1.0 + z * np.linspace(0.5, 1.5, 5)
 
 
+def _one(stat, a, b) -> float:
+    """A discrepancy of one pair of samples (the statistics are batched)."""
+    return float(stat(np.asarray(a, float)[None], np.asarray(b, float)[None])[0])
+
+
 def test_discrepancies_closed_forms():
     rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((50, 4)), rng.standard_normal((70, 4))
-    assert mean_gap(a, a.copy()) == 0 and spread_gap(a, a.copy()) == 0
+    a = rng.standard_normal((50, 4))
+    assert _one(mean_gap, a, a.copy()) == 0 and _one(spread_gap, a, a.copy()) == 0
     # a shift by c standard deviations of a run, c = 0.3 exactly when both spreads are equal
-    assert mean_gap(a, a + 0.3 * a.std(axis=0, ddof=1)) == pytest.approx(0.3, rel=1e-12)
+    assert _one(mean_gap, a, a + 0.3 * a.std(axis=0, ddof=1)) == pytest.approx(0.3, rel=1e-12)
     # spreads twice as large: |log 2|, whatever the shift
-    assert spread_gap(a, 2 * a + 5) == pytest.approx(math.log(2), rel=1e-12)
-    x, y = rng.standard_normal(40), rng.standard_normal(55) + 0.3
-    assert ks_distance(x, y) == pytest.approx(ks_2samp(x, y).statistic, abs=1e-15)
+    assert _one(spread_gap, a, 2 * a + 5) == pytest.approx(math.log(2), rel=1e-12)
+    for _ in range(20):
+        x, y = rng.standard_normal(40), rng.standard_normal(55) + 0.3
+        x[:5] = y[:5] = np.round(x[:5])                     # ties across the samples
+        assert _one(ks_distance, x, y) == pytest.approx(ks_2samp(x, y).statistic, abs=1e-14)
     # never escaped (+inf, NaN): the gap of the escaped fractions, not dropped
-    assert ks_distance(np.array([1.0, np.inf, np.nan, np.inf]), np.ones(4)) == 0.75
-    assert ks_distance(np.full(3, np.inf), np.full(5, np.nan)) == 0.0
+    assert _one(ks_distance, [1.0, np.inf, np.nan, np.inf], np.ones(4)) == 0.75
+    assert _one(ks_distance, np.full(3, np.inf), np.full(5, np.nan)) == 0.0
+    # batched: each pair on its own
+    b = rng.standard_normal((3, 50, 4))
+    c = rng.standard_normal((3, 60, 4)) * 1.5
+    for stat in (mean_gap, spread_gap):
+        np.testing.assert_allclose(stat(b, c), [_one(stat, b[i], c[i]) for i in range(3)],
+                                   rtol=1e-12)
 
 
 @pytest.mark.parametrize("stat", [mean_gap, spread_gap, ks_distance])
@@ -47,7 +60,7 @@ def test_false_disagree_rate_is_nominal(stat):
     permutation test with 199 resamples rejects with probability ⌊0.05·200⌋/200 = 0.045 for a
     continuous statistic, less with ties), within 3.5 binomial standard errors."""
     rng = np.random.default_rng(1)
-    trials = 300
+    trials = 400
     hits = sum(verdict(_same_law(rng, stat, 12), _same_law(rng, stat, 20), stat,
                        tolerance=TOL[stat], resamples=199, seed=i).word == DISAGREE
                for i in range(trials))

@@ -35,7 +35,12 @@ confidence of the bootstrap bound."""
 RESAMPLES = 999
 """Default number of permutations and of bootstrap resamples."""
 
-Statistic = Callable[[np.ndarray, np.ndarray], float]
+CHUNK = 64
+"""Resamples evaluated at once."""
+
+Statistic = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A discrepancy of a batch of sample pairs: `statistic(a (R, n_a, ...), b (R, n_b, ...))` → `(R)`,
+the run axis being axis 1."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +88,9 @@ class Verdict:
 def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Statistic, *,
             tolerance: float, level: float = LEVEL, resamples: int = RESAMPLES,
             seed: int = 0) -> Verdict:
-    """Agree, disagree or not resolved for the discrepancy `statistic(a, b)` between two samples
-    of runs (run axis first; other axes are passed through), as the module docstring says.
-    `seed` makes the resampling reproducible."""
+    """Agree, disagree or not resolved for the discrepancy `statistic` ([`Statistic`][])
+    between two samples of runs (run axis first; other axes are passed through), as the module
+    docstring says. `seed` makes the resampling reproducible."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if not tolerance > 0:
         raise ValueError(f"tolerance must be positive, got {tolerance!r}")
@@ -95,17 +100,17 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
     if na < 2 or nb < 2:
         return Verdict(NOT_RESOLVED, math.nan, math.nan, math.nan, tolerance, level, (na, nb),
                        None)
-    observed = float(statistic(a, b))
+    observed = float(statistic(a[None], b[None])[0])
     rng = np.random.default_rng(seed)
     pooled = np.concatenate([a, b])
-    hits = 0
-    for _ in range(resamples):
-        idx = rng.permutation(na + nb)
-        hits += statistic(pooled[idx[:na]], pooled[idx[na:]]) >= observed
-    p = (1 + hits) / (1 + resamples)
-    boot = np.fromiter((statistic(a[rng.integers(0, na, na)], b[rng.integers(0, nb, nb)])
-                        for _ in range(resamples)), dtype=np.float64, count=resamples)
-    upper = float(np.quantile(boot, 1 - level))
+    perm, boot = [], []
+    for start in range(0, resamples, CHUNK):
+        r = min(CHUNK, resamples - start)
+        idx = np.argsort(rng.random((r, na + nb)), axis=1)
+        perm.append(statistic(pooled[idx[:, :na]], pooled[idx[:, na:]]))
+        boot.append(statistic(a[rng.integers(0, na, (r, na))], b[rng.integers(0, nb, (r, nb))]))
+    p = (1 + int(np.sum(np.concatenate(perm) >= observed))) / (1 + resamples)
+    upper = float(np.quantile(np.concatenate(boot), 1 - level))
     if p < level:
         return Verdict(DISAGREE, observed, upper, p, tolerance, level, (na, nb), None)
     if upper <= tolerance:
@@ -123,39 +128,46 @@ def overall(words: Sequence[str]) -> str:
     return AGREE if all(w == AGREE for w in words) else NOT_RESOLVED
 
 
-# -- discrepancies --------------------------------------------------------------------------
+# -- discrepancies (batched: run axis 1) --------------------------------------------------
 
-def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return x.mean(axis=0), x.var(axis=0, ddof=1)
+def _flat(x: np.ndarray) -> np.ndarray:
+    """`(R, n, ...)` → `(R, n, points)`."""
+    return x.reshape(x.shape[0], x.shape[1], -1)
 
 
-def mean_gap(a: np.ndarray, b: np.ndarray) -> float:
+def mean_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The largest standardized difference of the means over the other axes (e.g. time):
     `max |mean_a − mean_b| / √((var_a + var_b)/2)`, in standard deviations of a run; points
     where both sides have no spread count only if their means differ (then +∞)."""
-    (ma, va), (mb, vb) = _moments(a), _moments(b)
-    sd, diff = np.sqrt((va + vb) / 2), np.abs(ma - mb)
+    a, b = _flat(a), _flat(b)
+    sd = np.sqrt((a.var(axis=1, ddof=1) + b.var(axis=1, ddof=1)) / 2)
+    diff = np.abs(a.mean(axis=1) - b.mean(axis=1))
     gap = np.divide(diff, sd, out=np.where(diff > 0, np.inf, 0.0), where=sd > 0)
-    return float(np.max(gap)) if gap.size else 0.0
+    return gap.max(axis=1) if gap.shape[1] else np.zeros(gap.shape[0])
 
 
-def spread_gap(a: np.ndarray, b: np.ndarray) -> float:
+def spread_gap(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """`|mean log(std_b / std_a)|` over the points of the other axes (e.g. the saved times) where
     both sides have a spread: the typical relative difference of the two standard deviations
     (`log 1.25 ≈ 0.22` for a 25% difference). Zero when no point has a spread on both sides."""
-    va, vb = a.var(axis=0, ddof=1), b.var(axis=0, ddof=1)
+    va, vb = _flat(a).var(axis=1, ddof=1), _flat(b).var(axis=1, ddof=1)
     both = (va > 0) & (vb > 0)
-    if not both.any():
-        return 0.0
-    return float(abs(np.mean(0.5 * np.log(vb[both] / va[both]))))
+    logs = np.where(both, 0.5 * np.log(np.where(both, vb, 1.0) / np.where(both, va, 1.0)), 0.0)
+    count = both.sum(axis=1)
+    return np.abs(np.divide(logs.sum(axis=1), count, out=np.zeros(len(count)),
+                            where=count > 0))
 
 
-def ks_distance(a: np.ndarray, b: np.ndarray) -> float:
-    """The two-sample Kolmogorov–Smirnov distance `sup_x |F_a(x) − F_b(x)|` of two 1-D samples
-    (±∞ allowed: a run that never escapes is an escape time +∞; NaN counts as +∞)."""
-    a = np.sort(np.where(np.isnan(a), np.inf, a))
-    b = np.sort(np.where(np.isnan(b), np.inf, b))
-    x = np.concatenate([a, b])
-    fa = np.searchsorted(a, x, side="right") / a.size
-    fb = np.searchsorted(b, x, side="right") / b.size
-    return float(np.max(np.abs(fa - fb)))
+def ks_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The two-sample Kolmogorov–Smirnov distance `sup_x |F_a(x) − F_b(x)|` of 1-D samples
+    (`(R, n)`; ±∞ allowed: a run that never escapes is an escape time +∞; NaN counts as +∞)."""
+    na, nb = a.shape[1], b.shape[1]
+    x = np.concatenate([a, b], axis=1)
+    x = np.where(np.isnan(x), np.inf, x)
+    order = np.argsort(x, axis=1, kind="stable")
+    xs = np.take_along_axis(x, order, axis=1)
+    step = np.where(order < na, 1.0 / na, -1.0 / nb)
+    d = np.abs(np.cumsum(step, axis=1))
+    last = np.ones_like(xs, dtype=bool)          # the last point of each group of ties
+    last[:, :-1] = xs[:, 1:] != xs[:, :-1]
+    return np.where(last, d, 0.0).max(axis=1)

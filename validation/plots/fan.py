@@ -65,11 +65,11 @@ def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, overlay: dict | None = 
             ax.plot(t, np.asarray(a)[:max_lines].T, color=color, lw=0.5, alpha=0.45)
             ax.plot(t, np.median(a, axis=0), color=color, lw=1.2, ls="--",
                     label=f"{lbl} SGD median")
-        for k, (lbl, a) in enumerate(_series(name, seeds) if seeds is not None else []):
+        for k, (_, a) in enumerate(_series(name, seeds) if seeds is not None else []):
             drawn = ax.plot(t, np.asarray(a).T, color="k", lw=0.6, alpha=0.6)
             if k == 0:
                 drawn[0].set_label("weight-space SGD")
-        for k, (lbl, a) in enumerate(_series(name, curve, 1) if curve is not None else []):
+        for k, (_, a) in enumerate(_series(name, curve, 1) if curve is not None else []):
             ax.plot(t, a, color="k", lw=1.2, ls=":", label="D → ∞ ODE" if k == 0 else None)
         ax.set_title("risk" if name == "risk" else name)
         ax.set_xlabel("t = steps / D")
