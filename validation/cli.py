@@ -176,6 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     143 after SIGINT or SIGTERM)."""
     parser = build_parser()
     args = parser.parse_args(argv)   # --help and bad arguments end here, before JAX is imported
+    if getattr(args, "replay", False):    # a repeated run: its earlier result, without JAX
+        from ._results import replay
+
+        replayed = replay(args)
+        if replayed is not None:
+            if getattr(args, "json", False):
+                import json
+
+                print(json.dumps(replayed), flush=True)
+            return 0
     import jax
 
     from dynamics import HeadflowError, Interrupted, clear_stop
