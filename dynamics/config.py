@@ -159,6 +159,9 @@ class ODESection:
                                 # else autodiff: the fastest exact right-hand side)
     error_target: float | None = None   # samples = "auto": largest relative RHS error
                                         # (default 1e4 · rtol)
+    quantity_target: float | None = None  # samples = "auto": largest error of the quantity
+                                          # the command reports (default: the final risk),
+                                          # from its change on 4x the pilot's nodes
     seed: int = 0               # of the fixed (common) random numbers
     max_steps: int = 100000
     init: str = "random"        # "random": one random init at sim.dim (O(1/√D) head
@@ -173,6 +176,8 @@ class ODESection:
             _at_least("ode.samples", self.samples, MIN_SAMPLES)
         if self.error_target is not None:
             _positive("ode.error_target", self.error_target)
+        if self.quantity_target is not None:
+            _positive("ode.quantity_target", self.quantity_target)
         _positive("ode.rtol", self.rtol)
         _positive("ode.atol", self.atol)
         _choice("ode.form", self.form, ("manifold", "full"))

@@ -18,6 +18,13 @@ from ._run import ode_backend as ode_backend
 from ._run import error_target as error_target
 from ._run import relative_error as relative_error
 from ._run import sized as sized
+from ._run import final_risk_of as final_risk_of
+from ._convergence import NODE_FACTOR as NODE_FACTOR
+from ._convergence import NodeChange as NodeChange
+from ._convergence import node_change as node_change
+from ._convergence import node_count as node_count
+from ._convergence import refined as refined
+from ._convergence import segment_start as segment_start
 from ._run import build_field as build_field
 from ._run import initial_state as initial_state
 from ._run import run_ode as run_ode

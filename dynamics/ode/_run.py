@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -18,6 +19,7 @@ from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, get_expectation
 from ..fields import MAX_GROUP, AbstractField
+from ._convergence import NODE_FACTOR, node_change
 from ._integrate import Integrator, integrate
 from ._models import as_float64, model_arrays
 
@@ -96,21 +98,29 @@ def relative_error(field: AbstractField, ovs: Any) -> np.ndarray:
     return err / max(float(np.max(size)), 1e-300)
 
 
-def sized(cfg: Config, model: Any, ov0: Any, times) -> tuple[Config, dict]:
+def sized(cfg: Config, model: Any, ov0: Any, times,
+          quantity: Callable[[ODEResult], Any] | None = None, *,
+          pilot: int = AUTO_PILOT) -> tuple[Config, dict]:
     """`cfg` with `[ode] samples = "auto"` resolved, and what was measured to size it.
 
-    A pilot run with `AUTO_PILOT` nodes integrates the same ODE over the same span (9 saved
-    states) and measures the error of its field along the way ([`relative_error`][]); the count
-    is then scaled by the convergence rate of the backend, `n^{-1/2}` for Monte Carlo and
-    `n^{-0.7}` for QMC (an assumed rate: the pilot's measured error is what the count rests on), to
-    meet [`error_target`][], rounded up to a power of
-    two, at most `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.
+    A pilot run with `pilot` nodes (default `AUTO_PILOT`) integrates the same ODE over the same
+    span (9 saved states) and measures the error of its field along the way
+    ([`relative_error`][]); the count is then scaled by the convergence rate of the backend,
+    `n^{-1/2}` for Monte Carlo and `n^{-0.7}` for QMC (an assumed rate: the pilot's measured
+    error is what the count rests on), to meet [`error_target`][].
+
+    With `[ode] quantity_target` set, the count also meets that target on the quantity the
+    command reports, `quantity(result)` of the solved run (default: the final risk): the pilot
+    run and its rerun on `NODE_FACTOR` times the nodes give the change `δ` of the quantity; with
+    error `∝ n^{-rate}` the pilot's error is `δ/(1 − NODE_FACTOR^{-rate})`, scaled to the target
+    like the field's. The larger count wins, rounded up to a power of two, at most
+    `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.
     """
     if cfg.ode.samples != "auto" or cfg.ode.expectation == "exact":
         return cfg, {}
     target = error_target(cfg)
-    pilot = cfg.replace(**{"ode.samples": AUTO_PILOT})
-    field = build_field(pilot, model)
+    pilot_cfg = cfg.replace(**{"ode.samples": int(pilot)})
+    field = build_field(pilot_cfg, model)
     states = jax.tree.map(lambda x: x[None], ov0)
     try:
         sol = integrate(field, ov0, np.linspace(times[0], times[-1], 9),
@@ -120,11 +130,39 @@ def sized(cfg: Config, model: Any, ov0: Any, times) -> tuple[Config, dict]:
         pass
     eps = float(np.max(relative_error(field, states)))
     rate = CONVERGENCE_RATE.get(cfg.ode.expectation, 0.5)
-    want = AUTO_PILOT * (eps / target) ** (1.0 / rate) if np.isfinite(eps) else AUTO_MAX_SAMPLES
-    n = int(min(max(2 ** int(np.ceil(np.log2(max(want, 1.0)))), AUTO_PILOT),
-                AUTO_MAX_SAMPLES))
-    return cfg.replace(**{"ode.samples": n}), {"target": target, "pilot_samples": AUTO_PILOT,
-                                               "pilot_error": eps, "samples": n}
+    want = _scaled(pilot, eps, target, rate)
+    info: dict = {"target": target, "pilot_samples": int(pilot), "pilot_error": eps}
+    if cfg.ode.quantity_target is not None:
+        q_target = float(cfg.ode.quantity_target)
+        of = final_risk_of if quantity is None else quantity
+        try:
+            def run(c: Config, s: Any, t0: float, t1: float) -> Any:
+                return of(solve_problem(_problem(c, model, s, np.asarray(times), {})))
+
+            ch = node_change(run, pilot_cfg, ov0, times[0], times[-1],
+                             run(pilot_cfg, ov0, times[0], times[-1]),
+                             quantity="reported quantity")
+            delta = ch.change
+        except HeadflowError:
+            delta = float("inf")
+        q_err = delta / (1.0 - NODE_FACTOR ** (-rate))
+        want = max(want, _scaled(pilot, q_err, q_target, rate))
+        info.update(quantity_target=q_target, pilot_quantity_change=delta,
+                    pilot_quantity_error=q_err)
+    n = int(min(max(2 ** int(np.ceil(np.log2(max(want, 1.0)))), int(pilot)), AUTO_MAX_SAMPLES))
+    return cfg.replace(**{"ode.samples": n}), {**info, "samples": n}
+
+
+def _scaled(pilot: int, err: float, target: float, rate: float) -> float:
+    """Nodes at which an error `err` at `pilot` nodes falls to `target` as `n^{-rate}`."""
+    if not np.isfinite(err):
+        return float(AUTO_MAX_SAMPLES)
+    return pilot * (err / target) ** (1.0 / rate)
+
+
+def final_risk_of(result: ODEResult) -> float:
+    """The final risk of a solved run: what `headflow ode` reports."""
+    return float(np.asarray(result.risk)[-1])
 
 
 def build_field(cfg: Config, model: Any = None, backend: AbstractExpectation | None = None,
@@ -162,16 +200,24 @@ class ODEProblem:
     sizing: dict
 
 
-def build(cfg: Config, start: Any = None, times=None) -> ODEProblem:
+def build(cfg: Config, start: Any = None, times=None,
+          quantity: Callable[[ODEResult], Any] | None = None) -> ODEProblem:
     """The objects of one ODE run of `cfg`: from `start` (default: `[ode] init`) on `times`
-    (default: the `[output]` grid), `[ode] samples = "auto"` sized first ([`sized`][]). The
-    one place where the config's strings become objects for the ODE."""
+    (default: the `[output]` grid), `[ode] samples = "auto"` sized first ([`sized`][]; a
+    command's reported `quantity` of the solved run, for `[ode] quantity_target`; default the
+    final risk). The one place where the config's strings become objects for the ODE."""
     model = cfg.build_model()
     start = initial_state(cfg, model) if start is None else start
     start = as_float64(ode_state(model, cfg, start))
     model.check_state(start)
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
-    cfg, sizing = sized(cfg, model, start, times)
+    cfg, sizing = sized(cfg, model, start, times, quantity)
+    return _problem(cfg, model, start, times, sizing)
+
+
+def _problem(cfg: Config, model: Any, start: Any, times: np.ndarray,
+             sizing: dict) -> ODEProblem:
+    """[`build`][] once the start is in ODE form and `samples` is a number."""
     backend = ode_backend(cfg)
     field = build_field(cfg, model, backend)
     return ODEProblem(cfg=cfg, model=model, steps=field.steps, field=field,

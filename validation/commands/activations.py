@@ -83,8 +83,9 @@ def run(args) -> dict:
 
     from .._json import write as write_json
     from .._rundir import check_writable, run_dir
-    from ..experiments.activations import (amplitude_sweep, bayes_risks, mode_config,
-                                           ode_tail_risk, sgd_point, support_size, with_lr)
+    from ..experiments.activations import (activation_verdicts, amplitude_sweep, bayes_risks,
+                                           mode_config, ode_tail_risk, sgd_point, support_size,
+                                           with_lr)
     from ..plots import activations as plots
 
     cfg = config_from_args(args)
@@ -152,7 +153,11 @@ def run(args) -> dict:
             "risk_drift_last_chunk": {a: [r.risk_drift() for r in runs[a]]
                                       for a in args.activations},
             "H": cfg.model.H, "support_size": S,
+            "node_checks": {a: [{k: c.summary() for k, c in r.node_checks.items()}
+                                for r in runs[a]] for a in args.activations},
         }
+        verdicts = activation_verdicts(runs, bayes, bayes_err, S)
+        summary["verdicts"] = [v.summary() for v in verdicts]
         sgd = []
         if args.sgd_amplitudes:
             with rd.timed("sgd"):
@@ -203,6 +208,8 @@ def run(args) -> dict:
                                title=f"ODE risk vs t ({mode.replace('_', ' ')}); dotted: "
                                "R_Bayes")
     _print_table(summary)
+    for v in verdicts:
+        print(v.line())
     return {**summary, "out": str(out)}
 
 
@@ -210,8 +217,8 @@ def _eta_study(cfg, args, ev, rd, log, gf=None) -> dict:
     """Bayes-softmax at the config's amplitude and H: gradient flow, then the η² ODE per η."""
     import numpy as np
 
-    from ..experiments.activations import (bayes_risks, long_time, mode_config, noise_excess,
-                                           power_law_slope)
+    from ..experiments.activations import (bayes_risks, bayes_verdict, long_time, mode_config,
+                                           noise_excess, power_law_slope)
     from ..plots import activations as plots
 
     c = cfg.replace(**{"model.activation": "bayes_softmax"})
@@ -229,7 +236,9 @@ def _eta_study(cfg, args, ev, rd, log, gf=None) -> dict:
     slope = power_law_slope(args.etas, excess)
     res = {"amplitude": float(c.prior.amplitude), "H": c.model.H, "bayes_risk": rb,
            "bayes_risk_err": rb_err, "gradient_flow": gf.summary(),
-           "gradient_flow_rel_gap": (gf.risk - rb) / rb, "etas": [float(e) for e in args.etas],
+           "gradient_flow_rel_gap": (gf.risk - rb) / rb,
+           "gradient_flow_verdict": bayes_verdict(gf, rb, rb_err).summary(),
+           "etas": [float(e) for e in args.etas],
            "stationary_risk": [p.run.risk for p in pts],
            "stationary_risk_err": [p.run.risk_err for p in pts], "excess": excess,
            "excess_err": err, "stationary": [p.run.fixed_point.stationary for p in pts],
@@ -240,6 +249,7 @@ def _eta_study(cfg, args, ev, rd, log, gf=None) -> dict:
                           f"a={c.prior.amplitude:g}: stationary excess risk vs η")
     print(f"gradient flow (Bayes-softmax, H={c.model.H}): R = {gf.risk:.5f} vs R_Bayes = "
           f"{rb:.5f} (relative gap {100 * (gf.risk - rb) / rb:+.2f}%)", flush=True)
+    print("  " + bayes_verdict(gf, rb, rb_err).line(), flush=True)
     for e, x, p in zip(args.etas, excess, pts):
         print(f"  η = {e:g}: stationary R = {p.run.risk:.5f}, excess {x:+.2e}"
               + (f"; SGD D={p.sgd.dim}: {p.sgd.risk:.5f} ± {p.sgd.risk_sem:.1e}"

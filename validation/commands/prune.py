@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
@@ -63,9 +64,9 @@ def run(args) -> dict:
     from .._json import write as write_json
     from .._rundir import check_writable, run_dir
     from ..experiments.activations import long_time, mode_config
-    from ..experiments.pruning import (PruneCurve, SubsetRisk, first_needed_jump,
-                                       head_statistics, prunable_count, prune_curve,
-                                       random_curves)
+    from ..experiments.pruning import (PruneCurve, SubsetRisk, excess_over_tolerance,
+                                       first_needed_jump, head_statistics, prunable_count,
+                                       prunable_verdict, prune_curve, random_curves)
     from ..plots import activations as plots
 
     cfg = config_from_args(args)
@@ -84,6 +85,7 @@ def run(args) -> dict:
     ev = get_expectation("qmc", args.risk_samples, seed=cfg.ode.seed + 1)
     log = run_logger(args)
     curves, randoms, stats, errs, trained, extra_info = {}, {}, {}, {}, {}, {}
+    verdicts = {}
     if args.check:
         return checked(args, out)
     with run_dir(out, replace=replace_out(args), command="prune", config_toml=cfg.to_toml(),
@@ -91,6 +93,7 @@ def run(args) -> dict:
         for act in args.activations:
             c = cfg.replace(**{"model.activation": act})
             model = c.build_model()
+            lt = None
             if args.source == "ode":
                 with rd.timed(f"train_{act}"):
                     lt = long_time(mode_config(c, mode), t_max=args.t_max, t_first=args.t_first,
@@ -130,6 +133,18 @@ def run(args) -> dict:
             errs[act] = err.tolist()
             mean_curve = PruneCurve(criterion=args.criterion, order=cs[0].order, risk=risk,
                                     risk_err=err)
+            if lt is not None:
+                # the node check: the same pruning of the final segment's rerun on 4x nodes
+                check = None
+                if lt.fine is not None and lt.risk_check is not None:
+                    fine = prune_curve(model, lt.fine.overlaps, ev, criterion=args.criterion,
+                                       manifold=True)
+                    check = dataclasses.replace(
+                        lt.risk_check, quantity="pruning curve minus (1 + tol) x unpruned risk",
+                        value=excess_over_tolerance(cs[0].risk),
+                        value_fine=excess_over_tolerance(fine.risk))
+                verdicts[act] = prunable_verdict(act, cs[0].risk, check, H - cfg.model.F,
+                                                 risk_err=cs[0].risk_err)
             extra_info[act] = {
                 "first_needed": first_needed_jump(mean_curve) if len(cs) == 1 else
                 [first_needed_jump(cv) for cv in cs],
@@ -156,6 +171,7 @@ def run(args) -> dict:
             "prunable_random_mean": {a: extra_info[a]["prunable_random_mean"] for a in curves},
             "prunable_per_seed": {a: extra_info[a]["prunable_per_seed"] for a in curves},
             "heads": stats, "trained": trained,
+            "verdicts": {a: v.summary() for a, v in verdicts.items()},
         }
         rd.save_npz("prune.npz", {
             "pruned": np.asarray(pruned),
@@ -168,6 +184,8 @@ def run(args) -> dict:
                            f"{', ' + mode.replace('_', ' ') if args.source == 'ode' else ''}), "
                            f"{cfg.prior.kind} prior, F={cfg.model.F}")
     _print_summary(summary)
+    for v in verdicts.values():
+        print("  " + v.line())
     return {**summary, "out": str(out)}
 
 

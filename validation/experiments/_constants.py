@@ -19,3 +19,7 @@ PRUNABLE_TOLERANCE = 0.05
 
 CRITERIA = ("greedy", "ablation")
 """The importance criteria of `headflow prune --criterion`."""
+
+BAYES_TOLERANCE = 0.02
+"""`headflow activations`: Bayes-softmax with `H = |supp P_θ|` heads reaches `R_Bayes` when its
+long-time risk is within `2%` of it."""

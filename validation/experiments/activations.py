@@ -19,9 +19,13 @@ from dynamics import Config, Overlaps, bayes_risk, population_risk
 from dynamics.expectations import AbstractExpectation, get_expectation
 from dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish, StationarityTest,
                                find_fixed_point)
-from dynamics.ode import Integrator, backend_of, build_field, initial_state
+from dynamics.ode import (Integrator, NodeChange, backend_of, build_field, initial_state,
+                          node_change, node_count, segment_start)
 from dynamics.models.attention import trajectory_risk
 from sims import run_sgd
+
+from ._constants import BAYES_TOLERANCE as BAYES_TOLERANCE  # light: shown by `--help`
+from .convergence import Verdict, below, within
 
 MODES = ("gradient_flow", "sgd_noise")
 
@@ -45,6 +49,16 @@ class LongTimeRun:
     ts: np.ndarray
     risk_t: np.ndarray
     risk_t_err: np.ndarray
+    node_checks: dict[str, NodeChange] = dataclasses.field(default_factory=dict)
+    """The final segment rerun on 4× the nodes: `"risk"` (the final risk) and `"state"` (the
+    order parameters); empty without the check."""
+    fine: FixedPoint | None = None
+    """The rerun's fixed point (on 4× the nodes), for checks of other quantities of the state."""
+
+    @property
+    def risk_check(self) -> NodeChange | None:
+        """The node check of the final risk (None: not made)."""
+        return self.node_checks.get("risk")
 
     @property
     def overlaps(self) -> Overlaps:
@@ -60,6 +74,7 @@ class LongTimeRun:
                 "polish_attempts": [list(a) for a in fp.polish_attempts],
                 "risk_drift_last_chunk": self.risk_drift(),
                 "stationarity": fp.check.summary(),
+                "node_checks": {k: c.summary() for k, c in self.node_checks.items()},
                 "state": {k: np.asarray(getattr(ov, k)).tolist()
                           for k in ("m", "q", "n", "s", "b")}}
 
@@ -81,39 +96,82 @@ def mode_config(cfg: Config, mode: str) -> Config:
 def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
               ov0: Overlaps | None = None, eval_backend: AbstractExpectation | None = None,
               z: float = STATIONARY_Z, polish: bool = True, polish_after: float = 100.0,
-              progress: Callable | None = None) -> LongTimeRun:
+              progress: Callable | None = None, node_check: bool = True) -> LongTimeRun:
     """Integrate the configured ODE (manifold form) from `ov0` (default: `[ode] init`, a small
     random start at `sim.dim`) until stationary or `t_max`, and measure the final risk.
 
     **Arguments:** `cfg` (its `[ode] sgd_noise` decides the mode), `t_max`, `t_first` (first
     chunk, see [`find_fixed_point`][]), `ov0`, `eval_backend` (nodes for the final risk; default
     the ODE's own), `z` the stationarity tolerance, `polish`/`polish_after` the Newton
-    acceleration of [`find_fixed_point`][] (manifold form only), `progress(t, check)`.
+    acceleration of [`find_fixed_point`][] (manifold form only), `progress(t, check)`,
+    `node_check`: rerun the final segment (from the state saved at half the time reached, see
+    [`dynamics.ode.segment_start`][]) on 4× the nodes, with the same fixed-point search, and
+    record the change of the final risk and of the state ([`dynamics.ode.node_change`][]).
 
     **Returns:** a [`LongTimeRun`][].
     """
     model = cfg.build_model()
-    backend = backend_of(cfg)
-    field = build_field(cfg, model, backend)
     manifold = cfg.ode.form == "manifold"
     ov0 = initial_state(cfg, model) if ov0 is None else ov0
     if manifold:
         ov0 = ov0.on_manifold()
-    o = cfg.ode
+    search = dict(z=float(z), polish=polish and manifold, polish_after=float(polish_after))
     t_first = None if t_first is None else float(t_first)
-    fp = find_fixed_point(field, ov0, Chunks(t_max=float(t_max), t_first=t_first),
-                          Integrator.from_config(o), test=StationarityTest(z=float(z)),
-                          polish=NewtonPolish(after=float(polish_after))
-                          if polish and manifold else None, progress=progress)
+    backend = backend_of(cfg)
+    fp = _fixed_point(cfg, model, backend, ov0, Chunks(t_max=float(t_max), t_first=t_first),
+                      progress=progress, **search)
     risk_t, risk_t_err = trajectory_risk(model, fp.trajectory, backend, manifold=manifold)
-    ev = backend if eval_backend is None else eval_backend
-    r, e = jax.jit(lambda o: population_risk(model, o, ev, manifold=manifold))(fp.overlaps)
+    r, e = _final_risk(model, fp.overlaps, backend if eval_backend is None else eval_backend,
+                       manifold)
+    checks: dict = {}
+    finer: list[FixedPoint] = []
+    if node_check and node_count(cfg) is not None:
+        def rerun(c: Config, start: Overlaps, t0: float, t1: float) -> float:
+            b = backend_of(c)
+            f = _fixed_point(c, model, b, start, Chunks(t_max=t1, t0=t0), **search)
+            finer.append(f)
+            return _final_risk(model, f.overlaps, b if eval_backend is None else eval_backend,
+                               manifold)[0]
+
+        t_from, start = segment_start(fp.ts, fp.trajectory)
+        if fp.t > t_from:
+            risk_check = node_change(rerun, cfg, start, t_from, fp.t, float(r),
+                                     quantity="final risk")
+            checks = {"risk": risk_check, "state": dataclasses.replace(
+                risk_check, quantity="fixed point (order parameters)",
+                value=_state_vector(fp.overlaps), value_fine=_state_vector(finer[0].overlaps))}
     return LongTimeRun(activation=cfg.model.activation, amplitude=float(cfg.prior.amplitude),
                        H=cfg.model.H, lr=float(cfg.training.lr),
                        mode="sgd_noise" if cfg.ode.sgd_noise else "gradient_flow",
                        fixed_point=fp, risk=float(r), risk_err=float(e),
                        ts=np.asarray(fp.ts), risk_t=np.asarray(risk_t),
-                       risk_t_err=np.asarray(risk_t_err))
+                       risk_t_err=np.asarray(risk_t_err), node_checks=checks,
+                       fine=finer[0] if finer else None)
+
+
+def _fixed_point(cfg: Config, model, backend: AbstractExpectation, ov0: Overlaps,
+                 chunks: Chunks, *, z: float, polish: bool, polish_after: float,
+                 progress: Callable | None = None) -> FixedPoint:
+    """[`find_fixed_point`][] of `cfg`'s field on `backend`'s nodes (the polish allowed from
+    `polish_after` in absolute time)."""
+    field = build_field(cfg, model, backend)
+    after = max(0.0, polish_after - float(chunks.t0))
+    return find_fixed_point(field, ov0, chunks, Integrator.from_config(cfg.ode),
+                            test=StationarityTest(z=z),
+                            polish=NewtonPolish(after=after) if polish else None,
+                            progress=progress)
+
+
+def _final_risk(model, ov: Overlaps, backend: AbstractExpectation, manifold: bool
+                ) -> tuple[float, float]:
+    r, e = jax.jit(lambda o: population_risk(model, o, backend, manifold=manifold))(ov)
+    return float(r), float(e)
+
+
+def _state_vector(ov: Overlaps) -> np.ndarray:
+    """The manifold order parameters `m, q, n, s, b` of a state, flattened."""
+    return np.concatenate([np.ravel(np.asarray(getattr(ov, k))) for k in ("m", "q", "n", "s",
+                                                                          "b")])
 
 
 def bayes_risks(cfg: Config, amplitudes: Sequence[float], samples: int
@@ -126,6 +184,53 @@ def bayes_risks(cfg: Config, amplitudes: Sequence[float], samples: int
         out.append(float(r))
         err.append(float(e))
     return out, err
+
+
+def _fine(run: LongTimeRun) -> float:
+    c = run.risk_check
+    return float("nan") if c is None else float(c.value_fine)
+
+
+def _checks(*runs: LongTimeRun) -> list[NodeChange]:
+    return [r.risk_check for r in runs if r.risk_check is not None]
+
+
+def bayes_verdict(run: LongTimeRun, bayes: float, bayes_err: float,
+                  tol: float = BAYES_TOLERANCE) -> Verdict:
+    """"Bayes-softmax reaches R_Bayes": the long-time risk within `tol·R_Bayes` of `R_Bayes`,
+    with the run's node check and the sampling errors of both risks."""
+    return within(f"{run.activation} within {100 * tol:g}% of R_Bayes at a = {run.amplitude:g}",
+                  run.risk, _fine(run), bayes, tol * bayes, _checks(run),
+                  error=float(np.hypot(run.risk_err, bayes_err)),
+                  numbers={"risk": run.risk, "risk_fine": _fine(run), "bayes_risk": bayes,
+                           "relative_gap": (run.risk - bayes) / bayes,
+                           "relative_gap_fine": (_fine(run) - bayes) / bayes})
+
+
+def below_verdict(lower: LongTimeRun, upper: LongTimeRun) -> Verdict:
+    """"`lower`'s activation ends below `upper`'s" (e.g. softmax-1 below softmax), with both
+    runs' node checks."""
+    return below(f"{lower.activation} below {upper.activation} at a = {lower.amplitude:g}",
+                 lower.risk, upper.risk, _fine(lower), _fine(upper), _checks(lower, upper),
+                 error=float(np.hypot(lower.risk_err, upper.risk_err)),
+                 numbers={"risk": [lower.risk, upper.risk],
+                          "risk_fine": [_fine(lower), _fine(upper)],
+                          "relative_cut": (upper.risk - lower.risk) / upper.risk})
+
+
+def activation_verdicts(runs: dict[str, list[LongTimeRun]], bayes: Sequence[float],
+                        bayes_err: Sequence[float], support: int | None) -> list[Verdict]:
+    """The claims of `headflow activations` at each amplitude of a sweep: Bayes-softmax within
+    `BAYES_TOLERANCE` of R_Bayes (when `H = support`), and softmax-1 below softmax; each with
+    its node-convergence check ([`validation.experiments.convergence`][])."""
+    out = []
+    for i, (rb, rbe) in enumerate(zip(bayes, bayes_err)):
+        bs = runs.get("bayes_softmax")
+        if bs is not None and support is not None and bs[i].H == support:
+            out.append(bayes_verdict(bs[i], rb, rbe))
+        if "softmax1" in runs and "softmax" in runs:
+            out.append(below_verdict(runs["softmax1"][i], runs["softmax"][i]))
+    return out
 
 
 def amplitude_sweep(cfg: Config, amplitudes: Sequence[float], activations: Sequence[str], *,

@@ -36,8 +36,11 @@ from dynamics.activations import AbstractActivation
 from dynamics.measures import alignment
 from dynamics.expectations import AbstractExpectation, AbstractNodes
 
+from dynamics.ode import NodeChange
+
 from ._constants import CRITERIA as CRITERIA  # light: shown by `--help`
 from ._constants import PRUNABLE_TOLERANCE as PRUNABLE_TOLERANCE
+from .convergence import Verdict, judge
 
 
 class Pruned(AbstractActivation):
@@ -207,3 +210,35 @@ def head_statistics(model: Model, ov: Overlaps, backend: AbstractExpectation, *,
         pn = np.linalg.norm(P, axis=1)
         out["cos_points"] = (np.asarray(ov.m) @ P.T) / (norm[:, None] * np.where(pn > 0, pn, 1))
     return out
+
+
+def excess_over_tolerance(risk, tol: float = PRUNABLE_TOLERANCE) -> np.ndarray:
+    """`risk_k − (1 + tol)·risk_0` for k = 0..H heads removed: [`prunable_count`][] counts the
+    removals before the first positive entry."""
+    risk = np.asarray(risk, dtype=np.float64)
+    return risk - (1.0 + tol) * risk[0]
+
+
+def prunable_verdict(activation: str, risk, check: NodeChange | None, expected: int,
+                     risk_err=None, tol: float = PRUNABLE_TOLERANCE) -> Verdict:
+    """"`expected` heads (H − F) can be pruned": the prunable count of the curve `risk` equals
+    `expected`. The count is read off the signs of [`excess_over_tolerance`][] up to one removal
+    past `expected`; the margin is the smallest of those |excess| values, `check` the node
+    change of the excess curve (its `value`/`value_fine`), `risk_err` the curve's sampling
+    errors."""
+    e = excess_over_tolerance(risk, tol)
+    n = prunable_count(risk, tol)
+    upto = min(max(n, expected) + 1, len(e) - 1)
+    margin = float(np.min(np.abs(e[1:upto + 1]))) if upto >= 1 else float("inf")
+    err = 0.0 if risk_err is None else float(np.max(np.asarray(risk_err)[:upto + 1]))
+    fine = None
+    if check is not None and np.all(np.isfinite(np.asarray(check.value_fine, float))):
+        e_f = np.asarray(check.value_fine, float)
+        over = np.nonzero(e_f > 0)[0]
+        fine = (int(over[0] - 1) if over.size else len(e_f) - 1) == expected
+    return judge(f"{activation}: {expected} heads prunable within {100 * tol:g}%", n == expected,
+                 margin, [] if check is None else [check], holds_fine=fine, error=2 * err,
+                 numbers={"prunable": n, "expected": expected, "risk": np.asarray(risk).tolist(),
+                          "excess": e.tolist(),
+                          "excess_fine": None if check is None
+                          else np.asarray(check.value_fine, float).tolist()})
