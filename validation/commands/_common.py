@@ -242,20 +242,28 @@ def activation_list(text: str) -> tuple[str, ...]:
 
 
 def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
-                     title: str = "") -> dict:
+                     title: str = "", limit: bool = False, weight_seeds: int = 0) -> dict:
     """Run a comparison of SGD with `theory` (`"ode"`, `"ode-per-seed"` or `"sde"`,
     [`validation.experiments.compare.compare`][]; `paths` SDE paths, default `[sde] paths`) and
     write its files into the run folder `rd`: `sgd.npz`, the theory's arrays (`ode.npz`;
     `ode_per_seed.npz` or `sde.npz` with a run axis and each run's `escape` time, NaN when it
     never escapes), for ensembles `ensemble.npz` ([`ensemble_series`][]), `report.json` and
-    `compare.png`. Returns the report."""
+    `compare.png`. Returns the report.
+
+    For ensembles, `limit` adds the D → ∞ ODE from the SGD seeds' mean start to the figure and
+    the report (`limit`; `limit.npz`), and `weight_seeds > 0` runs that many seeds of SGD in
+    weight space (`sgd_weights.npz`; `weight_space` in the report) and draws them too: with
+    `sim.space = "overlaps"` the compared seeds come from the exact overlap chain and these are
+    the weight-space runs it stands for."""
     import numpy as np
 
     from dynamics.ode import ODEResult
     from dynamics.sde import SDEResult
 
     from .._json import write as write_json
-    from ..experiments.compare import canonical_arrays, compare, ensemble_series
+    from ..experiments.compare import (canonical_arrays, canonicalize, canonicalize_seeds,
+                                       compare, ensemble_series, escapes_of,
+                                       ode_from_seed_mean)
     from ..plots.fan import plot_fan
     from ..plots.trajectories import plot_trajectories
 
@@ -288,13 +296,37 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     name = "sde.npz" if isinstance(res, SDEResult) else "ode_per_seed.npz"
     rd.save_npz(name, {**res.arrays(), "escape": escapes})
     rd.save_npz("ensemble.npz", ensemble_series(s, {**o, "t": s["t"]}, layout))
+    curve = weights = None
+    if limit:
+        with rd.timed("limit"):
+            ode = ode_from_seed_mean(cfg, sgd, progress=show_progress())
+        rd.save_npz("limit.npz", ode.arrays())
+        curve = canonicalize(ode.arrays(), layout)
+        esc = escapes_of(s["t"], {k: v[None] for k, v in curve.items() if k != "t"}, layout)[0]
+        report["limit"] = {"risk_final": float(curve["risk"][-1]), "escape": esc}
+    if weight_seeds:
+        from sims import run_sgd
+
+        with rd.timed("sgd_weights"):
+            ws = run_sgd(cfg.replace(**{"sim.space": "weights"}), seeds=weight_seeds,
+                         progress=show_progress())
+        rd.save_npz("sgd_weights.npz", ws.arrays())
+        weights = canonicalize_seeds(ws.arrays(), layout)
+        final = weights["risk"][:, -1]
+        report["weight_space"] = {
+            "seeds": int(weight_seeds), "dtype": cfg.sim.dtype,
+            "escape": escapes_of(weights["t"], weights, layout),
+            "risk_final": float(final.mean()),
+            "risk_final_sem": float(final.std(ddof=1) / np.sqrt(len(final)))
+            if len(final) > 1 else None}
     write_json(rd.path("report.json"), report)
     sgd_escapes = [np.nan if e is None else e for e in report["escape"]["sgd"]]
+    space = "overlap chain" if cfg.sim.space == "overlaps" else "weight space"
     plot_fan(rd.path("compare.png"), s["t"], o, overlay=s,
              escapes=(np.asarray(sgd_escapes, dtype=float), escapes),
-             labels=(what, f"SGD, {len(sgd.seeds)} seeds"), title=title or (
+             labels=(what, f"SGD ({space}), {len(sgd.seeds)} seeds"), title=title or (
                  f"theory vs SGD at D={sgd.dim}, {describe_model(cfg)}, units in canonical "
-                 "order"))
+                 "order"), curve=curve, seeds=weights)
     return report
 
 
