@@ -28,23 +28,27 @@ def as_nodes(rule: AbstractExpectation | AbstractNodes, dim: int) -> AbstractNod
 
 
 def key_dims(model: Model) -> int:
-    """Gaussian dimensions of one draw of the key fields: θ (if continuous), `g*` (F per token)
-    and `g⊥` (H per token)."""
-    return model.prior.n_normal_dims + model.L * (model.F + model.H)
+    """Gaussian dimensions of one draw of the key fields: θ's node coordinates
+    (`prior.n_node_dims`: none for a discrete prior, summed exactly, nor for a Gaussian one,
+    which joins the signal token's law), `g*` (F per token) and `g⊥` (H per token)."""
+    return model.prior.n_node_dims + model.L * (model.F + model.H)
 
 
 def split_key_normals(model: Model, x: Float[Array, " d"]):
     """Split one node of dimension `key_dims(model)` into `(θ-normals, g* (F, L), g⊥ (H, L))`."""
-    dt, L, F, H = model.prior.n_normal_dims, model.L, model.F, model.H
+    dt, L, F, H = model.prior.n_node_dims, model.L, model.F, model.H
     g_star = x[dt:dt + L * F].reshape(F, L)
     g_perp = x[dt + L * F:dt + L * (F + H)].reshape(H, L)
     return x[:dt], g_star, g_perp
 
 
-def over_theta(model: Model, theta_normals: Float[Array, " dt"], fn):
-    """`E_θ fn(θ)` at one node: exact sum over a discrete support, or the node's θ."""
-    thetas, weights = model.prior.theta_nodes(theta_normals[None, :])
-    values = jax.vmap(fn)(thetas[:, 0, :])
+def over_theta(model: Model, theta_normals: Float[Array, " dt"], g_star: Float[Array, "F L"],
+               fn):
+    """`E_θ fn(θ)` at one node whose teacher key normals are `g_star`: an exact sum over a
+    discrete support, or θ from the node ([`dynamics.priors.AbstractPrior.signal_theta`][]:
+    every integrand depends on θ only through `χ*_1 = θ + g*_1`)."""
+    thetas, weights = model.prior.signal_theta(theta_normals, g_star[:, SIGNAL])
+    values = jax.vmap(fn)(thetas)
     return jax.tree.map(lambda v: jnp.tensordot(weights, v, axes=1), values)
 
 
@@ -57,7 +61,7 @@ def risk_integrand(model: Model, law: FieldLaw, b: Float[Array, " H"],
         chi_star, chi = law.key_fields(theta, g_star, g_perp)
         return model.conditional_error(chi, b, law.value_moments(chi_star, g_perp))
 
-    return over_theta(model, tn, at)
+    return over_theta(model, tn, g_star, at)
 
 
 def risk_nodes(model: Model, backend: AbstractExpectation) -> AbstractNodes:
@@ -77,7 +81,7 @@ def key_expectation(model: Model, ov: Overlaps, rule: AbstractExpectation | Abst
 
     def at_node(x):
         tn, g_star, g_perp = split_key_normals(model, x)
-        return over_theta(model, tn, lambda th: fn(*law.key_fields(th, g_star, g_perp)))
+        return over_theta(model, tn, g_star, lambda th: fn(*law.key_fields(th, g_star, g_perp)))
 
     return nodes.estimate(jax.vmap(at_node))
 
@@ -100,7 +104,7 @@ def population_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | Abst
 
 def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
     """`ρ*(1 − Σ_ℓ p_ℓ²) + Δ²` at one node, `p` the posterior over the location."""
-    dt, L, F = model.prior.n_normal_dims, model.L, model.F
+    dt, L, F = model.prior.n_node_dims, model.L, model.F
     tn, g_star = x[:dt], x[dt:dt + L * F].reshape(F, L)
 
     def at(theta):
@@ -108,13 +112,13 @@ def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
         p = jax.nn.softmax(model.prior.log_pi(chi_star.T))
         return model.rho * (1.0 - jnp.sum(p**2)) + model.noise**2
 
-    return over_theta(model, tn, at)
+    return over_theta(model, tn, g_star, at)
 
 
 def bayes_risk(model: Model, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
     """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` and its error estimate. Independent of the
     student (only the prior, L, Δ and ρ* matter)."""
-    nodes = backend.nodes(model.prior.n_normal_dims + model.L * model.F)
+    nodes = backend.nodes(model.prior.n_node_dims + model.L * model.F)
     return nodes.estimate(jax.vmap(lambda x: bayes_integrand(model, x)))
 
 

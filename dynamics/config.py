@@ -331,7 +331,7 @@ class Config:
 
     def _check_memory(self) -> None:
         """Refuse sizes whose arrays cannot fit in memory, before anything is computed."""
-        m, normal = self.model, int(self.build_prior().n_normal_dims)
+        m, normal = self.model, int(self.build_prior().n_node_dims)
         dims = normal + m.L * (m.F + m.H)       # both forms sample θ and the key fields only
         samples = AUTO_MAX_SAMPLES if self.ode.samples == "auto" else int(self.ode.samples)
         check_memory(f"ode.samples = {self.ode.samples} (nodes of dimension {dims})",

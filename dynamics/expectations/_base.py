@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import equinox as eqx
 import jax
@@ -120,22 +120,12 @@ class EmbeddedNodes(AbstractNodes):
         return jax.tree.map(lambda a, b: jnp.abs(a - b), mean, low)
 
 
-def _images(x: np.ndarray, perms: np.ndarray, blocks: Sequence[tuple[int, int]], L: int,
-            H: int) -> np.ndarray:
-    """Every node followed by its images: within each block `(offset, rows)` (a `(rows, L)`
-    array of the node vector whose first H rows belong to the heads) the head rows permuted.
-    Node-major, permutation-minor, so contiguous replicate blocks stay contiguous."""
+def _images(x: np.ndarray, perm: np.ndarray, signs: np.ndarray) -> np.ndarray:
+    """Every node followed by its images `x[perm_g] · signs_g` under each group element
+    (node-major, element-minor, so contiguous replicate blocks stay contiguous)."""
     n, d = x.shape
-    images = []
-    for p in perms:
-        y = x.copy()
-        for off, rows in blocks:
-            blk = x[:, off:off + rows * L].reshape(n, rows, L)
-            new = blk.copy()
-            new[:, :H] = blk[:, p]
-            y[:, off:off + rows * L] = new.reshape(n, rows * L)
-        images.append(y)
-    return np.stack(images, axis=1).reshape(n * len(perms), d)
+    images = x[:, perm] * signs[None, :, :]                  # (n, G, d)
+    return images.reshape(n * perm.shape[0], d)
 
 
 class AbstractExpectation(eqx.Module):
@@ -149,16 +139,17 @@ class AbstractExpectation(eqx.Module):
     def nodes(self, dim: int) -> AbstractNodes:
         """Nodes for a `dim`-dimensional standard Gaussian."""
 
-    def closed_nodes(self, dim: int, perms: np.ndarray, blocks: Sequence[tuple[int, int]],
-                     L: int) -> AbstractNodes:
-        """About `samples` nodes closed under the head permutations `perms (G, H)`:
-        `ceil(samples/G)` nodes and their images (see `_images`), weights divided by G. With
-        closed nodes, an estimate of a head-equivariant expectation is exactly equivariant."""
-        G, H = perms.shape
+    def closed_nodes(self, dim: int, perm: np.ndarray, signs: np.ndarray) -> AbstractNodes:
+        """About `samples` nodes closed under a group of signed coordinate permutations
+        `x → x[perm_g] · signs_g` (`perm`, `signs`: `(G, dim)`, the identity among them):
+        `ceil(samples/G)` nodes and their `G` images, weights divided by G. An estimate on
+        closed nodes of an expectation equivariant under the group is exactly equivariant, at
+        any node count; the error rule treats each orbit as one sample."""
+        G = perm.shape[0]
         if G == 1:
             return self.nodes(dim)
         base = dataclasses.replace(self, samples=max(math.ceil(self.samples / G), 2))
         nodes = base.nodes(dim)
-        x = jnp.asarray(_images(np.asarray(nodes.x), perms, blocks, L, H))
+        x = jnp.asarray(_images(np.asarray(nodes.x), perm, signs))
         w = jnp.asarray(np.repeat(np.asarray(nodes.w), G) / G)
         return nodes.with_images(x, w, G)

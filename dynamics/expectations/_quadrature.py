@@ -38,7 +38,8 @@ class Quadrature(AbstractExpectation):
         return EmbeddedNodes(x=jnp.asarray(x), w=jnp.asarray(w), x_low=jnp.asarray(xl),
                              w_low=jnp.asarray(wl))
 
-    def closed_nodes(self, dim, perms, blocks, L) -> EmbeddedNodes:
-        # a tensor-product rule is already invariant under permutations of coordinates
-        del perms, blocks, L
+    def closed_nodes(self, dim, perm, signs) -> EmbeddedNodes:
+        # a tensor-product rule of symmetric 1-d rules is already invariant under signed
+        # permutations of the coordinates
+        del perm, signs
         return self.nodes(dim)

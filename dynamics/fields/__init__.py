@@ -1,13 +1,16 @@
 """Order-parameter vector fields of a model of the family (`docs/models.md`): averages over
 Gaussian nodes of the SGD increment computed by autodiff of the model's predictor
 ([`ModelField`][]), or closed-form Gaussian integrals ([`ExactField`][]), on nodes closed under
-permutations of the model's exchangeable units. The attention model's structured fields are in
+the model's symmetry group (`docs/ode.md#nodes`). The attention model's structured fields are in
 [`dynamics.models.attention`][]."""
 
 from ._base import AbstractField as AbstractField
 from ._moments import fourth_moment as fourth_moment
 from ._moments import third_moment as third_moment
 from ._nodes import MAX_GROUP as MAX_GROUP
+from ._nodes import Group as Group
+from ._nodes import product_group as product_group
+from ._nodes import row_group as row_group
 from ._nodes import unit_permutations as unit_permutations
 from ._model import ExactField as ExactField
 from ._model import ModelField as ModelField

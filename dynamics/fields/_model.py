@@ -17,7 +17,7 @@ from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes
 from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
 from ._base import AbstractField
-from ._nodes import MAX_GROUP, unit_permutations
+from ._nodes import MAX_GROUP, row_group, unit_permutations
 
 
 def model_dims(model: AbstractModel) -> int:
@@ -37,7 +37,8 @@ def model_nodes(model: AbstractModel, backend: AbstractExpectation, *,
     rows: the exact field is equivariant under them (a permutation of the students and of their
     parameters), and so is the estimate on closed nodes, whatever their number."""
     perms = student_permutations(model, max_group)
-    return backend.closed_nodes(model_dims(model), perms, [(0, model.n_students)], 1)
+    dim = model_dims(model)
+    return backend.closed_nodes(dim, *row_group(dim, 0, 1, perms))
 
 
 def sample_fields(state: GramState, x: Float[Array, " d"]) -> Float[Array, " P"]:

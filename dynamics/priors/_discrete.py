@@ -49,6 +49,19 @@ class AbstractDiscretePrior(AbstractPrior):
         theta = jnp.broadcast_to(self.points[:, None, :], (self.S, n, self.F))
         return theta, self.weights
 
+    def invariant_under(self, perm, signs):
+        # the weighted support mapped onto itself: every image point carries the weight of
+        # the support points it lands on (points within round-off of each other are merged)
+        pts, w = np.asarray(self.points, dtype=np.float64), np.asarray(self.weights)
+        img = pts[:, perm] * signs[None, :]
+        tol = 1e-12 * max(1.0, float(np.max(np.abs(pts))))
+
+        def mass(at, of, weights):
+            close = np.all(np.abs(at[:, None, :] - of[None, :, :]) <= tol, axis=-1)
+            return close.astype(np.float64) @ weights
+
+        return bool(np.allclose(mass(img, img, w), mass(img, pts, w), rtol=1e-12, atol=1e-14))
+
     def log_pi(self, c):
         lead = (1,) * (c.ndim - 1)          # explicit broadcasting over the batch axes
         logits = c @ self.points.T - 0.5 * jnp.sum(self.points**2, axis=-1).reshape(*lead, -1)

@@ -52,6 +52,20 @@ class Gaussian(AbstractPrior):
     def n_normal_dims(self) -> int:
         return self.F
 
+    @property
+    def n_node_dims(self) -> int:
+        # θ joins the signal token's Gaussian law (`signal_theta`): no θ coordinates in nodes
+        return 0
+
+    def signal_theta(self, normals, g_signal):
+        # θ + g ~ N(μ, diag(1 + σ²)) is reached from g alone: θ = μ + (√(1 + σ²) − 1) g
+        del normals
+        return (self.mu + (jnp.sqrt(1.0 + self.var) - 1.0) * g_signal)[None, :], jnp.ones(1)
+
+    def invariant_under(self, perm, signs):
+        mu, var = np.asarray(self.mu, dtype=np.float64), np.asarray(self.var, dtype=np.float64)
+        return bool(np.array_equal(mu[perm] * signs, mu) and np.array_equal(var[perm], var))
+
     def sample(self, key, shape=(), dtype=jnp.float64):
         g = jr.normal(key, (*shape, self.F), dtype=dtype)
         lead = (1,) * len(shape)

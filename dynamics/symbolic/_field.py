@@ -73,7 +73,7 @@ class SymbolicField(AbstractField):
             chi_star, chi = law.key_fields(theta, g_star, g_perp)
             return gen.integrands(chi, chi_star, ov.b, ov.n, ov.s, rho, noise)
 
-        E = over_theta(model, tn, at)
+        E = over_theta(model, tn, g_star, at)
         ex = [E[c] for c in INTEGRANDS if c in E]
         d = gen.rhs(*ex, ov.m, ov.q, ov.n, ov.s, ov.b, hp.lr, hp.lr_bias, hp.weight_decay,
                     hp.batch, rho)

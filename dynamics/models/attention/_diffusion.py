@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..._model import Model
+from ..._model import SIGNAL, Model
 from ..._overlaps import FieldLaw, Overlaps
 from ..._steps import StepSizes
 from ...expectations import AbstractExpectation, AbstractNodes
@@ -75,9 +75,10 @@ def increments(model: Model, steps: StepSizes, ov: Overlaps, nodes: AbstractNode
     law = FieldLaw.from_overlaps(ov, model.rho, manifold=False)
 
     def at_node(x):
-        thetas, pw = model.prior.theta_nodes(split_full_node(model, x)[0][None, :])
+        tn, g_star = split_full_node(model, x)[:2]
+        thetas, pw = model.prior.signal_theta(tn, g_star[:, SIGNAL])
         U = jax.vmap(lambda th: flatten(sample_increment(model, steps, ov, law, x, th,
-                                                         sgd_noise=sgd_noise)))(thetas[:, 0])
+                                                         sgd_noise=sgd_noise)))(thetas)
         return U, pw
 
     U, pw = jax.vmap(at_node)(nodes.x)
@@ -122,7 +123,7 @@ class Diffusion(AbstractDiffusion):
     def control_size(self) -> int:
         """Columns of [`factor`][]: nodes × θ support points."""
         prior = self.model.prior
-        S = prior.theta_nodes(jnp.zeros((1, prior.n_normal_dims)))[1].shape[0]
+        S = prior.signal_theta(jnp.zeros(prior.n_node_dims), jnp.zeros(prior.F))[1].shape[0]
         return self.nodes.size * S
 
     def flatten(self, ov: Overlaps) -> Float[Array, " p"]:

@@ -155,4 +155,5 @@ class FullField(AbstractField):
             return value_integrated_terms(model, law, chi_star, chi, g_perp, ov.b,
                                           self.sgd_noise)
 
-        return assemble(model, self.steps, self.sgd_noise, ov, over_theta(model, tn, at))
+        E = over_theta(model, tn, g_star, at)
+        return assemble(model, self.steps, self.sgd_noise, ov, E)

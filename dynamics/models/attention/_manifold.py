@@ -80,7 +80,7 @@ class ManifoldField(AbstractField):
                 out["Nv"] = e2 * out["C"]
             return out
 
-        E = over_theta(model, tn, at)
+        E = over_theta(model, tn, g_star, at)
         eta, lam = hp.lr, hp.weight_decay
         dm = -eta * E["Tm"] - eta * lam * ov.m
         dq = -eta * (E["Tq"] + E["Tq"].T) - 2 * eta * lam * ov.q

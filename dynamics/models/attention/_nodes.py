@@ -1,5 +1,6 @@
-"""Gaussian nodes of the attention model's vector fields, closed under permutations of the
-heads ([`dynamics.fields.unit_permutations`][], `docs/phases.md`)."""
+"""Gaussian nodes of the attention model's vector fields, closed under the model's symmetry
+group ([`dynamics.fields.product_group`][], `docs/ode.md#nodes`): the permutations of the heads
+and the prior's feature group ([`dynamics.priors.AbstractPrior.symmetry`][])."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 from ..._model import Model
 from ..._risk import key_dims
 from ...expectations import AbstractExpectation, AbstractNodes
-from ...fields import MAX_GROUP, unit_permutations
+from ...fields import MAX_GROUP, Group, product_group, row_group, unit_permutations
 
 
 def head_permutations(H: int, max_group: int = MAX_GROUP) -> np.ndarray:
@@ -18,17 +19,49 @@ def head_permutations(H: int, max_group: int = MAX_GROUP) -> np.ndarray:
 
 
 def g_perp_block(model: Model) -> tuple[int, int]:
-    """Where the per-head normals `g⊥` (a `(H, L)` block) sit in a key node: after θ's normals
-    and the teacher's `g*` (see `dynamics._risk.split_key_normals`)."""
-    return model.prior.n_normal_dims + model.L * model.F, model.H
+    """Where the per-head normals `g⊥` (a `(H, L)` block) sit in a key node: after θ's node
+    coordinates and the teacher's `g*` (see `dynamics._risk.split_key_normals`)."""
+    return model.prior.n_node_dims + model.L * model.F, model.H
 
 
-def key_nodes(model: Model, backend: AbstractExpectation, *, max_group: int = MAX_GROUP
-              ) -> AbstractNodes:
-    """Nodes over the key fields (dimension `key_dims(model)`), closed under head
-    permutations."""
+def feature_group(model: Model, dim: int, max_group: int = MAX_GROUP) -> Group:
+    """The prior's feature group acting on the teacher's key normals `g*` (rows = features):
+    a sign flip of feature f negates its row, an exchange permutes rows. Exact because every
+    integrand depends on θ and `g*` only through `χ* = θ δ_{ℓ1} + g*` and the θ average is
+    exact (discrete priors) or joins `g*_1` (Gaussian priors); a prior with θ coordinates in
+    the nodes gets the trivial group."""
+    prior = model.prior
+    sym = prior.symmetry()
+    if sym.trivial or prior.n_node_dims > 0:
+        return np.arange(dim)[None, :], np.ones((1, dim))
+    perm, signs = sym.elements(max_group)
+    return row_group(dim, 0, model.L, perm, signs)
+
+
+def node_group(model: Model, dim: int, *, values: bool, features: bool = True,
+               max_group: int = MAX_GROUP) -> Group:
+    """The group the nodes of dimension `dim` are closed under: the head permutations (of
+    `g⊥` and, with `values`, of the value normals that follow the key block) times, with
+    `features`, the prior's feature group (`features=False`: the heads only, the construction
+    that does not know the prior)."""
     perms = head_permutations(model.H, max_group)
-    return backend.closed_nodes(key_dims(model), perms, [g_perp_block(model)], model.L)
+    off, H = g_perp_block(model)
+    heads = row_group(dim, off, model.L, perms)
+    if values:
+        P, S = row_group(dim, key_dims(model), model.L, perms)
+        heads = (np.stack([a[b] for a, b in zip(heads[0], P)]), heads[1] * S)
+    if not features:
+        return heads
+    return product_group(heads, feature_group(model, dim, max_group))
+
+
+def key_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
+              max_group: int = MAX_GROUP) -> AbstractNodes:
+    """Nodes over the key fields (dimension `key_dims(model)`), closed under
+    [`node_group`][]."""
+    dim = key_dims(model)
+    return backend.closed_nodes(dim, *node_group(model, dim, values=False, features=features,
+                                                 max_group=max_group))
 
 
 def full_dims(model: Model) -> int:
@@ -37,10 +70,10 @@ def full_dims(model: Model) -> int:
     return key_dims(model) + model.L * (model.H + 1) + 1
 
 
-def full_nodes(model: Model, backend: AbstractExpectation, *, max_group: int = MAX_GROUP
-               ) -> AbstractNodes:
-    """Nodes over all fields (dimension `full_dims(model)`), closed under head permutations
-    (of `g⊥` and of the value normals)."""
-    perms = head_permutations(model.H, max_group)
-    blocks = [g_perp_block(model), (key_dims(model), model.H + 1)]
-    return backend.closed_nodes(full_dims(model), perms, blocks, model.L)
+def full_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
+               max_group: int = MAX_GROUP) -> AbstractNodes:
+    """Nodes over all fields (dimension `full_dims(model)`), closed under [`node_group`][]
+    (heads permute `g⊥` and the value normals together)."""
+    dim = full_dims(model)
+    return backend.closed_nodes(dim, *node_group(model, dim, values=True, features=features,
+                                                 max_group=max_group))

@@ -101,6 +101,6 @@ class SampledFullField(AbstractField):
 
     def node_derivative(self, ov: Overlaps, x: Float[Array, " d"]) -> Overlaps:
         law = FieldLaw.from_overlaps(ov, self.model.rho, manifold=False)
-        tn = split_full_node(self.model, x)[0]
-        return over_theta(self.model, tn, lambda theta: sample_increment(
+        tn, g_star = split_full_node(self.model, x)[:2]
+        return over_theta(self.model, tn, g_star, lambda theta: sample_increment(
             self.model, self.steps, ov, law, x, theta, sgd_noise=self.sgd_noise))
