@@ -44,7 +44,7 @@ def run(args) -> dict:
 
     from .._json import write as write_json
     from .._rundir import run_dir
-    from ..experiments.phases import layout_phases, ode_trajectory, seed_summary
+    from ..experiments.phases import layout_phases, ode_phases_checked, seed_summary
     from ..plots.phases import alignment_labels, plot_phases
 
     cfg = config_from_args(args, dim="sim.dim", seeds="sim.seeds")
@@ -90,11 +90,13 @@ def run(args) -> dict:
                         alignment(sa[a_name][0], sa[g_name][0]), per_seed[0],
                         title=f"SGD seed {sgd.seeds[0]}, D = {sgd.dim}, {units}", layout=layout)
         with rd.timed("ode"):
-            oa = ode_trajectory(cfg, ov0, times, equivariant=not args.engine_field,
-                                progress=show_progress())
+            oa, ph, verdict = ode_phases_checked(cfg, ov0, times,
+                                                 equivariant=not args.engine_field,
+                                                 threshold=theta, progress=show_progress())
         rd.save_npz("ode.npz", oa)
-        ph = layout_phases(oa["t"], oa, layout, threshold=theta)
         summary["ode"] = ph.to_dict()
+        if verdict is not None:
+            summary["ode_stage_order_verdict"] = verdict.summary()
         start = "SGD seed 0's measured initial overlaps" if ov0 is not None else \
             f"a random start at D = {cfg.sim.dim}"
         plot_phases(rd.path("phases_ode.png"), oa["t"], oa["risk"],
@@ -106,6 +108,8 @@ def run(args) -> dict:
             + (", ".join(f"{feature}{s['feature']} at t={s['time']:.2f} (+{s['plus']} / "
                          f"−{s['minus']})" for s in o["stages"]) or "none"))
     print(line)
+    if verdict is not None:
+        print("ODE " + verdict.line())
     if "sgd" in summary:
         s = summary["sgd"]
         print(f"SGD: {s['escaped']}/{s['seeds']} seeds escaped, exit "

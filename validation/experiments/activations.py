@@ -134,6 +134,8 @@ def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
                                manifold)[0]
 
         t_from, start = segment_start(fp.ts, fp.trajectory)
+        if manifold:        # a saved state may overshoot the PSD cone by round-off
+            start = start.nearest_valid(cfg.model.rho)
         if fp.t > t_from:
             risk_check = node_change(rerun, cfg, start, t_from, fp.t, float(r),
                                      quantity="final risk")

@@ -42,6 +42,9 @@ from dynamics.measures import ESCAPE_THRESHOLD, alignment, persistent_crossing
 from dynamics.models.attention import trajectory_risk
 from dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
 
+from dynamics.ode import NodeChange, node_change, node_count
+
+from .convergence import Verdict, judge
 from .escape import manifold_field
 
 ENTRY_FRACTION = 0.9
@@ -345,3 +348,67 @@ def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False
     arrays = sol.overlaps.arrays()
     return {"t": np.asarray(sol.t), "risk": np.asarray(risk), "risk_err": np.asarray(err),
             **{k: arrays[k] for k in ORDER_PARAMETERS}}
+
+
+def censored_feature_times(ph: Phases, t_end: float) -> np.ndarray:
+    """The feature times of `ph`, a feature never told apart counted at `t_end` (the end of the
+    run): the quantity the stage-order verdict is judged on and its node check compares."""
+    return np.array([float(t_end) if t is None else float(t) for t in ph.feature_times])
+
+
+def variance_order(cfg) -> list[int] | None:
+    """The features (0-based) in the order of decreasing prior variance `Var θ_f` (features of
+    zero variance left out; ties keep their index order): the stage order the paper predicts.
+    None for a model without a prior over features (the committee machine)."""
+    if cfg.model_kind != "attention":
+        return None
+    var = np.asarray(cfg.build_prior().variance(), dtype=np.float64)
+    return [int(f) for f in np.argsort(-var, kind="stable") if var[f] > 0]
+
+
+def stage_order_verdict(ph: Phases, expected: list[int], t_end: float,
+                        check: NodeChange | None, ph_fine: Phases | None = None) -> Verdict:
+    """"The features are told apart in the order `expected`" (decreasing `Var θ_f`) for one
+    trajectory: holds when `feature_order` is `expected`; the margin is the smallest gap between
+    the (censored, [`censored_feature_times`][]) times of consecutive features of `expected`,
+    the node change that of the censored feature times, and `ph_fine` the phases of the rerun
+    on 4× the nodes (the claim judged there too)."""
+    times = censored_feature_times(ph, t_end)
+    gaps = [times[b] - times[a] for a, b in zip(expected, expected[1:])]
+    margin = float(np.min(np.abs(gaps))) if gaps else float("inf")
+    order = "-".join(str(f + 1) for f in expected)
+    return judge(f"features told apart in the order {order} (decreasing Var θ_f)",
+                 ph.feature_order == expected, margin, [] if check is None else [check],
+                 holds_fine=None if ph_fine is None else ph_fine.feature_order == expected,
+                 numbers={"feature_order": [f + 1 for f in ph.feature_order],
+                          "feature_order_fine": None if ph_fine is None
+                          else [f + 1 for f in ph_fine.feature_order],
+                          "feature_times": list(ph.feature_times),
+                          "feature_times_fine": None if ph_fine is None
+                          else list(ph_fine.feature_times), "t_end": float(t_end)})
+
+
+def ode_phases_checked(cfg, ov0, times, *, equivariant: bool, threshold: float,
+                       progress: bool = False) -> tuple[dict, Phases, Verdict | None]:
+    """The ODE trajectory of [`ode_trajectory`][], its phases, and the stage-order verdict with
+    its node check: the whole run (the stages form along it, so the segment starts at `t_0`)
+    rerun on 4× the nodes ([`dynamics.ode.node_change`][]). No verdict (None) for a model
+    without a prior variance or an ODE without nodes."""
+    layout = cfg.build_model().layout
+    arrays = ode_trajectory(cfg, ov0, times, equivariant=equivariant, progress=progress)
+    ph = layout_phases(arrays["t"], arrays, layout, threshold=threshold)
+    expected = variance_order(cfg)
+    t_end = float(arrays["t"][-1])
+    if expected is None or node_count(cfg) is None:
+        return arrays, ph, None
+    finer: list[Phases] = []
+
+    def rerun(c, start, t0: float, t1: float) -> np.ndarray:
+        a = ode_trajectory(c, start, times, equivariant=equivariant)
+        finer.append(layout_phases(a["t"], a, layout, threshold=threshold))
+        return censored_feature_times(finer[-1], t_end)
+
+    check = node_change(rerun, cfg, ov0, float(times[0]), t_end,
+                        censored_feature_times(ph, t_end),
+                        quantity="feature times (censored at the end of the run)")
+    return arrays, ph, stage_order_verdict(ph, expected, t_end, check, finer[0])

@@ -1,0 +1,128 @@
+"""Node convergence of long-time verdicts: the final segment rerun on 4× the nodes
+(`dynamics.ode.node_change`), the verdict that turns into "not resolved by the numerics" when
+its margin is below the change (`validation.experiments.convergence`), and `samples = "auto"`
+sized for a target on a reported quantity."""
+
+import numpy as np
+import pytest
+
+import dynamics as d
+from dynamics.ode import (NODE_FACTOR, NodeChange, build, final_risk_of, node_change, refined,
+                          segment_start, sized, solve_problem)
+from validation.experiments.convergence import (NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED,
+                                                below, judge, overall, within)
+from validation.experiments.pruning import prunable_verdict
+
+
+def _cfg(*extra: str) -> d.Config:
+    """A small attention config (L = 3, H = 2, flipped spike) on a short span."""
+    return d.load_config("validation/configs/demo.toml",
+                         ["model.L=3", "training.t_max=6.0", "output.n_save=7",
+                          'ode.expectation="mc"', *extra])
+
+
+def _change(value, value_fine, samples=512) -> NodeChange:
+    return NodeChange(quantity="final risk", samples=samples, samples_fine=4 * samples,
+                      t_from=50.0, t_to=100.0, value=value, value_fine=value_fine)
+
+
+def test_verdict_flips_to_not_resolved_when_margin_below_node_change():
+    # a risk 1.5% above R_Bayes = 0.1 (claim: within 2%), moved by 0.0008 on 4x the nodes
+    check = _change(0.1015, 0.1007)
+    assert check.change == pytest.approx(8e-4, abs=1e-15)
+    v = within("within 2%", 0.1015, 0.1007, 0.1, 0.002, [check])
+    assert v.margin == pytest.approx(5e-4) and v.word == NOT_RESOLVED      # 5e-4 < 8e-4
+    # the same numbers with a change below the margin: resolved, and the claim holds
+    calm = _change(0.1015, 0.1013)
+    v = within("within 2%", 0.1015, 0.1013, 0.1, 0.002, [calm])
+    assert v.word == REPRODUCED and v.resolved
+    # a claim that fails by more than the change: resolved as not reproduced
+    v = within("within 2%", 0.1050, 0.1049, 0.1, 0.002, [_change(0.1050, 0.1049)])
+    assert v.word == NOT_REPRODUCED
+    # a margin above the change that the sampling error still covers: not resolved
+    v = within("within 2%", 0.1015, 0.1013, 0.1, 0.002, [calm], error=2e-4)
+    assert v.word == NOT_RESOLVED                               # 5e-4 < 2e-4 + 2·2e-4
+    # the report carries the node counts, the segment and the change
+    s = v.summary()
+    c = s["checks"][0]
+    assert (c["samples"], c["samples_fine"], c["t_from"], c["t_to"]) == (512, 2048, 50.0, 100.0)
+    assert c["change"] == pytest.approx(2e-4) and s["change"] == pytest.approx(2e-4)
+    assert "512 -> 2048" in v.line()
+
+
+def test_verdict_not_resolved_when_the_claim_flips_or_no_check():
+    # margins add over the compared runs; the truth at 4x nodes must agree
+    a, b = _change(0.30, 0.31), _change(0.32, 0.305)
+    v = below("softmax-1 below softmax", 0.30, 0.32, 0.31, 0.305, [a, b])
+    assert v.change == pytest.approx(0.025) and v.holds and v.holds_fine is False
+    assert v.word == NOT_RESOLVED
+    assert judge("no check", True, 1.0, []).word == NOT_RESOLVED   # nothing shows convergence
+    # a missing value at one node count (a feature told apart at one count only): inf
+    assert _change([10.0, None], [10.0, 12.0]).change == np.inf
+    assert overall([judge("x", True, 1.0, [_change(0.1, 0.1)]), v]) == NOT_RESOLVED
+    assert overall([judge("x", False, 1.0, [_change(0.1, 0.1)]), v]) == NOT_REPRODUCED
+
+
+def test_prunable_verdict_margin_and_fine_curve():
+    risk = np.array([0.100, 0.1001, 0.1002, 0.50, 1.0])      # 2 prunable within 5%
+    e = risk - 1.05 * risk[0]
+    check = _change(e, e + 1e-5)
+    v = prunable_verdict("bayes_softmax", risk, check, expected=2)
+    assert v.holds and v.margin == pytest.approx(1.05 * 0.1 - 0.1002) and v.word == REPRODUCED
+    # the 4x-node curve crosses the 5% line one head earlier: not resolved
+    e_f = e.copy()
+    e_f[2] = 1e-4
+    v = prunable_verdict("bayes_softmax", risk, _change(e, e_f), expected=2)
+    assert v.holds_fine is False and v.word == NOT_RESOLVED
+
+
+def test_refined_and_segment_start():
+    cfg = _cfg("ode.samples=512")
+    assert refined(cfg).ode.samples == NODE_FACTOR * 512
+    ts = np.array([0.0, 1.0, 2.0, 4.0, 8.0])
+    traj = {"x": np.arange(5.0)[:, None] * np.ones((5, 2))}
+    t, s = segment_start(ts, traj)                      # last save at or before 4.0
+    assert t == 4.0 and np.all(s["x"] == 3.0)
+    t, s = segment_start(ts, traj, fraction=1.0)
+    assert t == 0.0 and np.all(s["x"] == 0.0)
+
+
+@pytest.mark.slow
+def test_node_change_reruns_the_final_segment_of_an_ode_run():
+    cfg = _cfg("ode.samples=128")
+    res = solve_problem(build(cfg))
+    t_from, start = segment_start(res.t, res.overlaps)
+
+    def rerun(c, s, t0, t1):
+        return final_risk_of(solve_problem(build(c, s, np.linspace(t0, t1, 4))))
+
+    # at the run's own nodes the segment reproduces the run's final risk (solver tolerance)
+    assert rerun(cfg, start, t_from, float(res.t[-1])) == pytest.approx(final_risk_of(res),
+                                                                       rel=1e-5)
+    ch = node_change(rerun, cfg, start, t_from, float(res.t[-1]), final_risk_of(res),
+                     quantity="final risk")
+    assert (ch.samples, ch.samples_fine, ch.t_from) == (128, 512, t_from)
+    assert 0.0 < ch.change < 0.1 * final_risk_of(res)
+    # a verdict whose margin is half the measured change is not resolved, twice it is
+    r = final_risk_of(res)
+    assert within("c", r, ch.value_fine, r - 0.5 * ch.change, 0.0, [ch]).word == NOT_RESOLVED
+    assert within("c", r, ch.value_fine, r - 2.0 * ch.change, 0.0, [ch]).word == NOT_REPRODUCED
+
+
+@pytest.mark.slow
+def test_auto_sizing_meets_a_target_on_the_reported_quantity():
+    target = 2e-2
+    cfg = _cfg('ode.samples="auto"', f"ode.quantity_target={target}", "ode.error_target=10.0")
+    p0 = build(cfg.replace(**{"ode.samples": 64}))      # the model and start in ODE form
+    sized_cfg, info = sized(cfg, p0.model, p0.start, p0.times, pilot=256)
+    n = int(sized_cfg.ode.samples)
+    assert info["samples"] == n and info["quantity_target"] == target
+    assert n > 256                  # the field target alone (10.0) would keep the pilot's 256
+
+    def q(samples, seed=0):
+        c = cfg.replace(**{"ode.samples": samples, "ode.seed": seed})
+        return final_risk_of(solve_problem(build(c)))
+
+    # the error of the sized run's final risk, against a run on 8n nodes (Monte Carlo: its
+    # own error is that of n over √8)
+    assert abs(q(n) - q(8 * n, seed=1)) <= target
