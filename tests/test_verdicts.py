@@ -95,19 +95,25 @@ def test_large_samples_of_one_law_agree():
 
 def test_small_samples_are_not_resolved_with_sizes_that_resolve_them():
     """8 against 16 runs of one law: not resolved, needing more runs on both sides in the
-    present ratio; at the sizes it names, most repetitions agree."""
+    present ratio (or, rarely, a false disagree). The sizes it names are right within a factor
+    of two: at half their median over repetitions few new samples agree, at twice it most do."""
     rng = np.random.default_rng(4)
     for stat in TOL:
-        v = verdict(_same_law(rng, stat, 8), _same_law(rng, stat, 16), stat,
-                    tolerance=TOL[stat], resamples=199)
-        assert v.word == NOT_RESOLVED and v.agree is None, (stat, v)
-        assert v.needs is not None and 8 < v.needs[0] < 2000
-        assert v.needs[1] == pytest.approx(2 * v.needs[0], abs=2)
-        assert "needs about" in v.phrase()
-        n_a, n_b = v.needs
-        words = [verdict(_same_law(rng, stat, n_a), _same_law(rng, stat, n_b), stat,
-                         tolerance=TOL[stat], resamples=199, seed=i).word for i in range(10)]
-        assert words.count(AGREE) >= 5, (stat, v.needs, words)
+        small = [verdict(_same_law(rng, stat, 8), _same_law(rng, stat, 16), stat,
+                         tolerance=TOL[stat], resamples=199, seed=i) for i in range(12)]
+        # a false disagree (at 5%) is allowed; nothing agrees at this size
+        assert sum(v.word == DISAGREE for v in small) <= 2, (stat, small)
+        small = [v for v in small if v.word != DISAGREE]
+        for v in small:
+            assert v.word == NOT_RESOLVED and v.agree is None, (stat, v)
+            assert v.needs is not None and 8 < v.needs[0] < 2000
+            assert v.needs[1] == pytest.approx(2 * v.needs[0], abs=2)
+            assert "needs about" in v.phrase()
+        n = int(np.median([v.needs[0] for v in small]))
+        for size, agree in ((n // 2, range(0, 4)), (2 * n, range(7, 11))):
+            words = [verdict(_same_law(rng, stat, size), _same_law(rng, stat, 2 * size), stat,
+                             tolerance=TOL[stat], resamples=199, seed=i).word for i in range(10)]
+            assert words.count(AGREE) in agree, (stat, size, words)
 
 
 def test_one_run_is_not_resolved_and_overall_word():

@@ -61,6 +61,7 @@ def _sources_digest(h) -> None:
 def key(args: argparse.Namespace) -> str | None:
     """The cache key of a run (None when an input cannot be read: the full run reports it)."""
     h = hashlib.sha256()
+    h.update(f"{getattr(args.func, '__module__', '')};".encode())
     for name, value in sorted(vars(args).items()):
         if name in _IGNORED:
             continue

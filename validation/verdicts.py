@@ -14,13 +14,16 @@ and measures how far apart they are in the unit its `tolerance` is stated in
 - **agree**: not disagree, and the upper `1 − level` bootstrap bound of the discrepancy
   (each side resampled with replacement, `resamples` times) is at most `tolerance`;
 - **not resolved**: neither. The bound shrinks like `1/√n`, so the sizes that would resolve it
-  are about `(upper/tolerance)²` times the present ones (`needs`).
+  are about `(scale/tolerance)²` times the present ones (`needs`), `scale` being the larger of
+  the bound and `1 + z` standard deviations of the bootstrap distribution (`z` the one-sided
+  normal quantile of `level`), which guards against the optimistic bootstrap of small samples.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -62,6 +65,8 @@ class Verdict:
     needs: tuple[int, int] | None
     """Not resolved: about the sizes `(n_a, n_b)` that would resolve it (None when it cannot be
     estimated: fewer than two runs on a side)."""
+    names: tuple[str, str] = ("runs", "runs")
+    """What the runs of each side are, for [`phrase`][] (e.g. `("seeds", "paths")`)."""
 
     @property
     def agree(self) -> bool | None:
@@ -74,23 +79,29 @@ class Verdict:
             return self.word
         if self.needs is None:
             return f"{NOT_RESOLVED} at this size (fewer than two runs on a side)"
-        return (f"{NOT_RESOLVED} at this size (needs about {self.needs[0]} and {self.needs[1]} "
-                "runs)")
+        a, b = self.names
+        if a == b:
+            return (f"{NOT_RESOLVED} at this size (needs about {self.needs[0]} and "
+                    f"{self.needs[1]} {a})")
+        return (f"{NOT_RESOLVED} at this size (needs about {self.needs[0]} {a} and "
+                f"{self.needs[1]} {b})")
 
     def to_dict(self) -> dict:
         """The JSON form (with `agree` and the phrase)."""
         out = dataclasses.asdict(self)
         out["sizes"] = list(self.sizes)
         out["needs"] = None if self.needs is None else list(self.needs)
+        out["names"] = list(self.names)
         return {**out, "agree": self.agree, "phrase": self.phrase()}
 
 
 def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Statistic, *,
             tolerance: float, level: float = LEVEL, resamples: int = RESAMPLES,
-            seed: int = 0) -> Verdict:
+            seed: int = 0, names: tuple[str, str] = ("runs", "runs")) -> Verdict:
     """Agree, disagree or not resolved for the discrepancy `statistic` ([`Statistic`][])
     between two samples of runs (run axis first; other axes are passed through), as the module
-    docstring says. `seed` makes the resampling reproducible."""
+    docstring says. `seed` makes the resampling reproducible; `names` says what the runs of
+    each side are ([`Verdict.phrase`][])."""
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if not tolerance > 0:
         raise ValueError(f"tolerance must be positive, got {tolerance!r}")
@@ -99,7 +110,7 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
     na, nb = a.shape[0], b.shape[0]
     if na < 2 or nb < 2:
         return Verdict(NOT_RESOLVED, math.nan, math.nan, math.nan, tolerance, level, (na, nb),
-                       None)
+                       None, names)
     observed = float(statistic(a[None], b[None])[0])
     rng = np.random.default_rng(seed)
     pooled = np.concatenate([a, b])
@@ -112,12 +123,17 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
     p = (1 + int(np.sum(np.concatenate(perm) >= observed))) / (1 + resamples)
     upper = float(np.quantile(np.concatenate(boot), 1 - level))
     if p < level:
-        return Verdict(DISAGREE, observed, upper, p, tolerance, level, (na, nb), None)
+        return Verdict(DISAGREE, observed, upper, p, tolerance, level, (na, nb), None, names)
     if upper <= tolerance:
-        return Verdict(AGREE, observed, upper, p, tolerance, level, (na, nb), None)
-    k = (upper / tolerance) ** 2
+        return Verdict(AGREE, observed, upper, p, tolerance, level, (na, nb), None, names)
+    # the bound shrinks like 1/√n; below ~30 runs the bootstrap's quantile is too optimistic,
+    # so the scale is the larger of the bound and (1 + z) bootstrap standard deviations (the
+    # typical size of a null discrepancy plus the one-sided z of the level)
+    z = statistics.NormalDist().inv_cdf(1 - level)
+    scale = max(upper, (1 + z) * float(np.std(np.concatenate(boot), ddof=1)))
+    k = (scale / tolerance) ** 2
     return Verdict(NOT_RESOLVED, observed, upper, p, tolerance, level, (na, nb),
-                   (math.ceil(k * na), math.ceil(k * nb)))
+                   (math.ceil(k * na), math.ceil(k * nb)), names)
 
 
 def overall(words: Sequence[str]) -> str:
@@ -166,8 +182,8 @@ def ks_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x = np.where(np.isnan(x), np.inf, x)
     order = np.argsort(x, axis=1, kind="stable")
     xs = np.take_along_axis(x, order, axis=1)
-    step = np.where(order < na, 1.0 / na, -1.0 / nb)
-    d = np.abs(np.cumsum(step, axis=1))
+    from_a = np.cumsum(order < na, axis=1)        # counts: exact, no round-off
+    d = np.abs(from_a * nb - (np.arange(1, na + nb + 1) - from_a) * na) / (na * nb)
     last = np.ones_like(xs, dtype=bool)          # the last point of each group of ties
     last[:, :-1] = xs[:, 1:] != xs[:, :-1]
     return np.where(last, d, 0.0).max(axis=1)

@@ -18,7 +18,7 @@ WEIGHT_SEEDS = 8
 """Weight-space SGD seeds drawn in the figure by default."""
 
 SIZES = ("training.t_max=30", "output.n_save=61", 'sim.space="overlaps"', "sim.seeds=256",
-         "sde.paths=128")
+         "sde.paths=128", "sim.risk_samples=2048")
 """The demo's sizes, applied to `validation/configs/demo.toml` before the user's `--set`: the
 run stops after the escapes (90% of the runs escape by t ≈ 20), the SGD seeds come from the
 exact overlap chain, and there are enough seeds and paths for the verdicts' sampling error to

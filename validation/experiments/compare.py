@@ -228,7 +228,8 @@ def _mean_z_and_std_ratio(t: np.ndarray, sgd: dict, theory: dict
 
 
 def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndarray,
-                       sgd_escapes, theory_escapes, *, seed: int = 0) -> dict:
+                       sgd_escapes, theory_escapes, *, seed: int = 0,
+                       names: tuple[str, str] = ("seeds", "theory runs")) -> dict:
     """The three verdicts on the risk of two ensembles (`(S, T)` and `(N, T)` on the common grid
     `t`) and their escape times (None/NaN: never escaped), each
     [`validation.verdicts.verdict`][] (agree, disagree or not resolved at this size, from a
@@ -243,9 +244,11 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
       ([`validation.verdicts.ks_distance`][], tolerance [`ESCAPE_TOLERANCE`][]; never-escaped
       runs as in [`NEVER_ESCAPED`][]).
 
-    `all` is the overall word ([`validation.verdicts.overall`][])."""
+    `all` is the overall word ([`validation.verdicts.overall`][]); `names` say what the runs of
+    each side are, for the phrase of a verdict not resolved."""
     a, b = np.asarray(sgd_risk, np.float64), np.asarray(theory_risk, np.float64)
-    mean = verdict(a, b, mean_gap, tolerance=MEAN_TOLERANCE, seed=seed).to_dict()
+    mean = verdict(a, b, mean_gap, tolerance=MEAN_TOLERANCE, seed=seed,
+                   names=names).to_dict()
     if a.shape[0] > 1 and b.shape[0] > 1:
         sd = np.sqrt((a.var(axis=0, ddof=1) + b.var(axis=0, ddof=1)) / 2)
         diff = np.abs(a.mean(axis=0) - b.mean(axis=0))
@@ -253,7 +256,8 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
         mean["t_gap"] = float(np.asarray(t)[int(np.argmax(gap))])
     else:
         mean["t_gap"] = None
-    std = verdict(a, b, spread_gap, tolerance=SPREAD_TOLERANCE, seed=seed + 1).to_dict()
+    std = verdict(a, b, spread_gap, tolerance=SPREAD_TOLERANCE, seed=seed + 1,
+                  names=names).to_dict()
     if a.shape[0] > 1 and b.shape[0] > 1:
         va, vb = a.var(axis=0, ddof=1), b.var(axis=0, ddof=1)
         both = (va > 0) & (vb > 0)
@@ -262,7 +266,7 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
     else:
         std["ratio"] = None
     escape = verdict(escape_array(sgd_escapes), escape_array(theory_escapes), ks_distance,
-                     tolerance=ESCAPE_TOLERANCE, seed=seed + 2).to_dict()
+                     tolerance=ESCAPE_TOLERANCE, seed=seed + 2, names=names).to_dict()
     return {"mean": mean, "std": std, "escape": escape,
             "all": overall([v["word"] for v in (mean, std, escape)])}
 
@@ -336,7 +340,9 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
                      "sgd_quantiles": escape_quantiles(esc_sgd),
                      "theory_quantiles": escape_quantiles(esc_th),
                      "never_escaped": NEVER_ESCAPED}
-    rep["verdicts"] = agreement_verdicts(t, sgd["risk"], theory["risk"], esc_sgd, esc_th)
+    rep["verdicts"] = agreement_verdicts(
+        t, sgd["risk"], theory["risk"], esc_sgd, esc_th,
+        names=("seeds", "paths" if theory_name == "sde" else "ODEs"))
     rep["escape"]["ks_distance"] = rep["verdicts"]["escape"]["statistic"]
     rep["ensemble"] = {n: _summary(series, n) for n in ("risk",) + layout.names}
     return rep
