@@ -140,6 +140,7 @@ def test_resource_limits_are_checked_first(tmp_path, capsys, key):
     assert _files(tmp_path) == []
 
 
+@pytest.mark.slow
 def test_escape_never_agrees_without_a_prediction(tmp_path, capsys):
     out = tmp_path / "e"
     code = main(["escape", *TINY, "--dims", "40,60", "--set", "sim.seeds=3", "--no-sde",
