@@ -274,8 +274,8 @@ BASE = ["--set", "sim.dim=24", "--set", "sim.seeds=1", "--set", "training.t_max=
 CHEAP = {"bayes": ["--samples", "64"], "activations": ["--t-max", "0.1", "--risk-samples",
                                                        "64", "--bayes-samples", "64"],
          "prune": ["--t-max", "0.1", "--risk-samples", "64", "--random-orders", "0"],
-         "escape": ["--dims", "24,30", "--seeds", "1", "--paths", "2", "--extrapolate", ""],
-         "scaling": ["--dims", "24,30,36", "--seeds", "2"],
+         "escape": ["--dims", "24,30", "--paths", "2", "--extrapolate", ""],
+         "scaling": ["--dims", "24,30,36", "--set", "sim.seeds=2"],
          "sweep": ["--grid", "training.lr=0.5"], "compare": ["--paths", "2"],
          "sde": ["--paths", "2"]}
 
