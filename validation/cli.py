@@ -60,6 +60,14 @@ class _Parser(argparse.ArgumentParser):
             return None
         return super()._parse_optional(arg_string)
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a "--" given as an option's value (`--threshold=--`), keeping the
+        # default without a word; it is a bad value like any other
+        if action.option_strings and "--" in arg_strings:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got "
+                       "'--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="headflow", description="Learning dynamics of attention heads in the "

@@ -6,35 +6,41 @@ from __future__ import annotations
 import argparse
 import math
 
-from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
-                      positive_float, positive_int, replace_out, require_units, show_progress)
+from ._common import (MAX_COUNT, add_config_args, check_dims, checked, config_from_args,
+                      no_repeats, out_dir, positive_float, positive_int, replace_out,
+                      require_units, show_progress, split_items)
 from ._light import ESCAPE_THRESHOLD, EXTRAPOLATE
 
 
 def dims_list(text: str) -> list[int]:
-    """`"250,500,1000"` → `[250, 500, 1000]` (at least two distinct dimensions ≥ 2)."""
+    """`"250,500,1000"` → `[250, 500, 1000]` (at least two distinct dimensions ≥ 2, at most
+    `MAX_COUNT`; no empty or repeated item)."""
     try:
-        dims = [int(x) for x in text.split(",") if x.strip()]
+        dims = [int(x) for x in split_items(text, "comma-separated integers")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
             from None
     if len(set(dims)) < 2 or min(dims) < 2:
         raise argparse.ArgumentTypeError(f"need at least two distinct dimensions >= 2, got "
                                          f"{text!r}")
-    return sorted(set(dims))
+    if max(dims) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"dimensions must be <= {MAX_COUNT}, got {text!r}")
+    return sorted(no_repeats(dims, text))
 
 
 def extrapolate_list(text: str) -> list[int]:
     """`"10000,100000"` → `[10000, 100000]`; `""` → `[]` (no extrapolation). Every dimension
-    must be an integer ≥ 2."""
+    must be an integer ≥ 2 and at most `MAX_COUNT`; no empty or repeated item."""
     try:
-        dims = [int(x) for x in text.split(",") if x.strip()]
+        dims = [int(x) for x in split_items(text, "comma-separated integers (or nothing)",
+                                            allow_empty=True)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers (or nothing), got "
                                          f"{text!r}") from None
-    if dims and min(dims) < 2:
-        raise argparse.ArgumentTypeError(f"dimensions must be >= 2, got {text!r}")
-    return sorted(set(dims))
+    if dims and (min(dims) < 2 or max(dims) > MAX_COUNT):
+        raise argparse.ArgumentTypeError(f"dimensions must be >= 2 and <= {MAX_COUNT}, got "
+                                         f"{text!r}")
+    return sorted(no_repeats(dims, text))
 
 
 N_TIMES = 121
