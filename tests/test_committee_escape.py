@@ -110,3 +110,31 @@ def test_parameter_free_escape_slope():
     assert (med[1] - med[0]) / np.log(4) == pytest.approx(1 / (2 * rate), rel=0.1)
     # the eigenvalue along the plateau is of the size of the spread's growth rate
     assert np.all(np.abs(np.interp(med, ts, lam) - rate) < 0.5 * rate)
+
+
+@pytest.mark.slow
+def test_escape_distributions_sde_and_sgd(tmp_path):
+    """The escape-time samples of SDE paths, weight-space and overlap-space SGD at a small size
+    (D = 400, 8 runs each): every run escapes, the samples are independent (no two equal), and
+    each verdict is one of the three words with its numbers (the KS statistic is the largest
+    CDF gap of the two samples, recomputed here)."""
+    from validation.experiments.escape import escape_distributions
+    from validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
+
+    cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
+                             "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
+    out = escape_distributions(cfg, 400, 8)
+    for name in ("sde", "weights", "overlaps"):
+        e = out["times"][name]
+        assert e.shape == (8,) and np.isfinite(e).all() and (e > 0).all()
+        assert len(np.unique(e)) == 8
+    a, b = out["times"]["sde"], out["times"]["weights"]
+    x = np.concatenate([a, b])
+    gap = np.max(np.abs((a[:, None] <= x).mean(0) - (b[:, None] <= x).mean(0)))
+    v = out["verdicts"]["sde_vs_weights"]
+    assert v["ks"]["statistic"] == pytest.approx(gap)
+    words = {w for pair in out["verdicts"].values() for w in (pair["ks"]["word"],
+                                                             pair["spread"]["word"])}
+    assert words <= {AGREE, DISAGREE, NOT_RESOLVED}
+    print({k: s["mean"] for k, s in out["stats"].items()},
+          {p: (v["ks"]["phrase"], v["spread"]["phrase"]) for p, v in out["verdicts"].items()})

@@ -437,11 +437,21 @@ def _linear_prediction(theory: LinearTheory, dims: list[int], times: np.ndarray,
               "log_growth": log_growth, "finite_time_rate": res.finite_time_rate(),
               "median_log_spread": theory.median_log,
               "eigenvector": np.asarray(res.eigenvector),
-              "symmetric_m": np.asarray(res.symmetric.m[:, 0]),
-              "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
+              **_symmetric_arrays(res.symmetric),
               "predicted": pred, "predicted_initial": pred0,
               "draw_escape_initial": theory.draw_escape_times(dims)}
     return report, arrays
+
+
+def _symmetric_arrays(sym) -> dict[str, np.ndarray]:
+    """The symmetric trajectory in `escape.npz`: the attention model's `symmetric_m` (first
+    head) and `symmetric_q` (first two heads); a family model's `symmetric_gram` (the Gram
+    matrix, every student alike) and `symmetric_<param>` for each of its parameters."""
+    if hasattr(sym, "m"):
+        return {"symmetric_m": np.asarray(sym.m[:, 0]),
+                "symmetric_q": np.asarray(sym.q[:, :2, :2])}
+    return {"symmetric_gram": np.asarray(sym.gram),
+            **{f"symmetric_{k}": np.asarray(v) for k, v in sym.params.items()}}
 
 
 LINEAR_KEYS = ("lambda", "slope_predicted", "agrees", "agrees_reason", "slope_predicted_initial",
@@ -550,6 +560,51 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
 
 
 __all__ = ["LinearTheory", "linear_theory", "linear_theory_reason", "LINEAR_KEYS",
+           "escape_distributions", "KS_TOLERANCE", "SPREAD_TOLERANCE",
            "sgd_escape_times", "fit_slope", "calibrate_offset", "predicted_slope",
            "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report", "escape_study",
            "EXTRAPOLATE", "STAT_QUANTILES"]
+
+
+KS_TOLERANCE = 0.3
+"""The KS distance between two escape-time laws that still counts as agreement in
+[`escape_distributions`][]."""
+
+SPREAD_TOLERANCE = float(np.log(1.25))
+"""The `|log|` ratio of two escape-time standard deviations that still counts as agreement
+(25%) in [`escape_distributions`][]."""
+
+
+def escape_distributions(cfg: Config, dim: int, runs: int, *,
+                         threshold: float = ESCAPE_THRESHOLD, progress: bool = False) -> dict:
+    """The escape-time distribution from the plateau at one `dim`: `runs` SDE paths, `runs`
+    weight-space and `runs` overlap-space SGD seeds (to `training.t_max`), and the verdicts
+    ([`validation.verdicts.verdict`][]) of the SDE against each SGD ensemble and of the two SGD
+    ensembles against each other, on the KS distance (tolerance [`KS_TOLERANCE`][]) and on the
+    spread (tolerance [`SPREAD_TOLERANCE`][]). A path or run that does not escape counts as
+    `+∞` in the KS distance; the spread is that of the runs that escaped.
+
+    **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of `runs`, NaN where censored),
+    `stats` (per ensemble, [`escape_stats`][]) and `verdicts` (per pair, per statistic, the
+    [`validation.verdicts.Verdict`][] as a dict) with `overall`."""
+    from ..verdicts import ks_distance, overall, spread_gap, verdict
+
+    times = {"sde": sde_escape_times(cfg, [dim], runs, threshold=threshold,
+                                     progress=progress).times[0]}
+    for k, space in enumerate(("weights", "overlaps")):
+        # independent starts: the two spaces draw a seed's start from the same weights
+        c = cfg.replace(**{"sim.space": space, "sim.seed": cfg.sim.seed + k * runs})
+        times[space] = sgd_escape_times(c, [dim], runs, threshold=threshold,
+                                        progress=progress)[0][0]
+    verdicts: dict = {}
+    words = []
+    for a, b in (("sde", "weights"), ("sde", "overlaps"), ("weights", "overlaps")):
+        ea, eb = times[a], times[b]
+        ks = verdict(ea, eb, ks_distance, tolerance=KS_TOLERANCE)
+        sp = verdict(ea[np.isfinite(ea)], eb[np.isfinite(eb)], spread_gap,
+                     tolerance=SPREAD_TOLERANCE)
+        verdicts[f"{a}_vs_{b}"] = {"ks": ks.to_dict(), "spread": sp.to_dict()}
+        words += [ks.word, sp.word]
+    return {"dim": int(dim), "runs": int(runs),
+            "times": times, "stats": {k: escape_stats(v) for k, v in times.items()},
+            "verdicts": verdicts, "overall": overall(words)}
