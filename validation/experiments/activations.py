@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -115,7 +116,8 @@ def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
     ov0 = initial_state(cfg, model) if ov0 is None else ov0
     if manifold:
         ov0 = ov0.on_manifold()
-    search = dict(z=float(z), polish=polish and manifold, polish_after=float(polish_after))
+    search: dict[str, Any] = dict(z=float(z), polish=polish and manifold,
+                                  polish_after=float(polish_after))
     t_first = None if t_first is None else float(t_first)
     backend = backend_of(cfg)
     fp = _fixed_point(cfg, model, backend, ov0, Chunks(t_max=float(t_max), t_first=t_first),
