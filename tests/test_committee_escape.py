@@ -128,7 +128,7 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
     for name in ("sde", "weights", "overlaps"):
         e = out["times"][name]
         assert e.shape == (8,) and np.isfinite(e).all() and (e >= 0).all()
-        assert len(np.unique(e)) == 8
+        assert len(np.unique(e[e > 0])) == int((e > 0).sum())
     a, b = out["times"]["sde"], out["times"]["weights"]
     x = np.concatenate([a, b])
     gap = np.max(np.abs((a[:, None] <= x).mean(0) - (b[:, None] <= x).mean(0)))
