@@ -115,7 +115,8 @@ def test_parameter_free_escape_slope():
 @pytest.mark.slow
 def test_escape_distributions_sde_and_sgd(tmp_path):
     """The escape-time samples of SDE paths, weight-space and overlap-space SGD at a small size
-    (D = 400, 8 runs each): every run escapes, the samples are independent (no two equal), and
+    (D = 400, 8 runs each): every run escapes (at t = 0 where the random start is already past
+    the threshold), the samples are independent (no two equal), and
     each verdict is one of the three words with its numbers (the KS statistic is the largest
     CDF gap of the two samples, recomputed here)."""
     from validation.experiments.escape import escape_distributions
@@ -126,8 +127,8 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
     out = escape_distributions(cfg, 400, 8)
     for name in ("sde", "weights", "overlaps"):
         e = out["times"][name]
-        assert e.shape == (8,) and np.isfinite(e).all() and (e > 0).all()
-        assert len(np.unique(e)) == 8
+        assert e.shape == (8,) and np.isfinite(e).all() and (e >= 0).all()
+        assert len(np.unique(e[e > 0])) == int((e > 0).sum())
     a, b = out["times"]["sde"], out["times"]["weights"]
     x = np.concatenate([a, b])
     gap = np.max(np.abs((a[:, None] <= x).mean(0) - (b[:, None] <= x).mean(0)))
