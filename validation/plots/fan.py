@@ -74,7 +74,7 @@ def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, overlay: dict | None = 
         ax.set_title("risk" if name == "risk" else name)
         ax.set_xlabel("t = steps / D")
         if len(fan) + len(over) <= 12:
-            ax.legend(fontsize=7, ncol=2)
+            ax.legend(fontsize=7, ncol=2, loc="upper right")  # "best" is slow and warns
     if escapes is not None:
         ax = flat[len(panels)]
         for e, lbl, ls in ((escapes[1], labels[0], "-"), (escapes[0], labels[1], "--")):
@@ -84,7 +84,7 @@ def plot_fan(path: Path, t: np.ndarray, arrays: dict, *, overlay: dict | None = 
         ax.set_ylim(0, 1.02)
         ax.set_title("escape times: fraction escaped by t")
         ax.set_xlabel("t = steps / D")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
         for ax in flat[len(panels) + 1:]:
             ax.axis("off")
     what = ("median, 50% and 90% of the paths" if overlay is None else
