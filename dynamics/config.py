@@ -220,8 +220,12 @@ class SDESection:
     dt: float = 0.25            # largest step (each save interval is cut into equal steps)
     solver: str = "drift_heun"  # "drift_heun" (noise as Euler–Maruyama, drift by Heun's rule;
                                 # measured: far less escape delay per cost) | "euler"
-    samples_drift: int | None = None    # nodes of the drift (FullField); default [ode] samples
-    samples_noise: int = 1024   # nodes of all fields for the diffusion matrix
+    samples_drift: int | None = None    # nodes of the drift (FullField); default: from
+                                        # error_target (dynamics.sde.drift_samples)
+    samples_noise: int | None = None    # nodes of all fields for the diffusion matrix;
+                                        # default: from error_target (noise_samples)
+    error_target: float = 0.05  # relative error of the paths' spread that the default node
+                                # counts aim for (1024 drift, 256 noise nodes at 0.05)
     noise: str = "nodes"        # "nodes": centred per-sample increments; "eigh": Σ^{1/2}
     seed: int = 0               # of the initial draws and Brownian paths (path i: fold_in i)
 
@@ -236,7 +240,12 @@ class SDESection:
                               "Milstein needs commutative noise")
         if self.samples_drift is not None:
             _at_least("sde.samples_drift", self.samples_drift, MIN_SAMPLES)
-        _at_least("sde.samples_noise", self.samples_noise, MIN_SAMPLES)
+        if self.samples_noise is not None:
+            _at_least("sde.samples_noise", self.samples_noise, MIN_SAMPLES)
+        _positive("sde.error_target", self.error_target)
+        if self.error_target >= 1:
+            raise ConfigError(f"sde.error_target = {self.error_target}: must be < 1 (a "
+                              "relative error)")
         _choice("sde.noise", self.noise, ("nodes", "eigh"))
         _at_least("sde.seed", self.seed, 0)
 

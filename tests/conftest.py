@@ -114,6 +114,20 @@ _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_r
                   "test_ode_drift", "test_activations_cmd", "test_notebooks", "test_compare_sde")
 
 
+# The quick tier (`pytest -m quick`, README): the mathematical core, the config and command-line
+# contracts and lint, in a few minutes on two cores. Every test of the files below that is not
+# marked `slow` is marked `quick` here (a test of another file can be marked
+# `@pytest.mark.quick` where it stands). The full suite (`.ci/run`) runs everything.
+QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "test_moments",
+               "test_symbolic", "test_symbolic_readout", "test_generic_engine",
+               "test_model_extension", "test_extension", "test_committee_exact", "test_sgd",
+               "test_config_cli", "test_cli_options", "test_startup", "test_lint",
+               "test_docs_site")
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in QUICK_FILES and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.quick)
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))   # stable: file order kept

@@ -18,12 +18,13 @@ TINY = ["--set", "training.t_max=0.5", "--set", "output.n_save=3", "--set", "ode
         "--set", "model.L=2", "--set", "ode.rhs=symbolic"]
 
 
-def _ode(out: Path, cache: Path, *before: str, enabled: bool = True) -> dict:
+def _ode(out: Path, cache: Path, *before: str, enabled: bool = True,
+         after: tuple[str, ...] = ()) -> dict:
     """`headflow [BEFORE] ode TINY --out OUT` in a subprocess with the cache in `cache`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache),
            "HEADFLOW_CACHE": "1" if enabled else "0"}
-    done = subprocess.run([sys.executable, "-m", "validation", *before, "ode", *TINY, "--out",
-                           str(out)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "validation", *before, "ode", *TINY, *after,
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((out / "meta.json").read_text())
 
@@ -39,7 +40,9 @@ def test_repeated_run_uses_the_cache(tmp_path):
     jax_entries = _files(cache / "jax")
     assert jax_entries, "no compiled program was cached"
     assert _files(cache / "symbolic"), "the generated symbolic code was not cached"
-    _ode(tmp_path / "b", cache)
+    # the same experiment through another command line (the results cache keys on the
+    # arguments, so this one is computed, from the cached programs)
+    _ode(tmp_path / "b", cache, after=("--set", "ode.seed=0"))
     with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -56,3 +59,54 @@ def test_cache_off_writes_nothing(tmp_path):
     _ode(tmp_path / "a", tmp_path / "c1", "--no-cache")
     _ode(tmp_path / "b", tmp_path / "c2", enabled=False)
     assert _files(tmp_path / "c1") == [] and _files(tmp_path / "c2") == []
+
+
+# Runs `headflow ode` through `validation.cli.main` and reports (JSON, last line) its exit
+# status and which heavy modules the process imported.
+_REPLAY_PROBE = r"""
+import json, sys
+from validation.cli import main
+code = main(sys.argv[1:])
+heavy = ("jax", "sympy", "scipy", "diffrax", "equinox", "matplotlib", "dynamics", "sims")
+print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def _probe(out: Path, cache: Path, *extra: str) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache)}
+    env.pop("HEADFLOW_CACHE", None)
+    done = subprocess.run([sys.executable, "-c", _REPLAY_PROBE, "ode", *TINY, *extra, "--out",
+                           str(out), "--json"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    return {**json.loads(lines[-1]), "summary": json.loads(lines[-2])}
+
+
+def test_repeated_ode_is_replayed_without_jax(tmp_path):
+    """A repeated identical `ode` copies the stored result folder (same arrays, `meta.json`
+    marking the copy) without importing JAX, sympy, diffrax, matplotlib or the theory; a
+    changed input, `--no-cache` or an `--out` that is refused runs (or fails) in full."""
+    cache = tmp_path / "cache"
+    first = _probe(tmp_path / "a", cache)
+    assert first["code"] == 0 and "jax" in first["imported"]
+    again = _probe(tmp_path / "b", cache)
+    assert again["code"] == 0 and again["imported"] == [], again
+    assert again["summary"] == {**first["summary"], "out": str(tmp_path / "b")}
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
+        p.name for p in (tmp_path / "a").iterdir())
+    with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert "replayed" in meta and "replayed" not in json.loads(
+        (tmp_path / "a" / "meta.json").read_text())
+    # another input: computed (with the compiled programs cached)
+    other = _probe(tmp_path / "c", cache, "--set", "training.t_max=0.25")
+    assert "jax" in other["imported"]
+    # an existing folder without --force: the full run refuses it, one line, exit 2
+    done = subprocess.run([sys.executable, "-m", "validation", "ode", *TINY, "--out",
+                           str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT),
+                               "HEADFLOW_CACHE_DIR": str(cache)})
+    assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")

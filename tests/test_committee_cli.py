@@ -219,7 +219,8 @@ def test_compare_runs_the_committee(tmp_path, capsys):
         assert key in summary, key
     assert "m_sup_abs" not in summary and summary["ode_expectation"] == "exact"
     assert set(summary["ensemble"]) == {"risk", "Q", "R", "v"}
-    assert summary["verdicts"]["mean"]["agree"] is not None
+    assert summary["verdicts"]["mean"]["word"] in ("agree", "disagree", "not resolved")
+    assert summary["verdicts"]["mean"]["sizes"] == [4, 4]
     assert {p.name for p in out.iterdir()} >= {"sgd.npz", "ode_per_seed.npz", "ensemble.npz",
                                                "report.json", "compare.png", "config.toml"}
     with np.load(out / "ode_per_seed.npz") as z:

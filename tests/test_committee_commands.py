@@ -1,7 +1,8 @@
 """`headflow phases`, `escape` and `scaling` on the committee machine (docs/committee.md): the
 shared experiments read the student units' alignment with the teacher's units off the model's
 layout (`(R, Q)`), so each command runs a committee config with the report of the attention
-model; the linear-stability prediction of `escape` is attention-only and the report says so.
+model; `escape` adds the linear-stability prediction of the symmetric plateau (unit-difference
+modes, `dynamics.analysis.UnitModes`).
 
 Tiny runs (K = M = 2 erf units, η = 1, SGD as the exact overlap chain, whose cost per step does
 not depend on D), each well under a minute on two cores. The attention model's outputs of these
@@ -106,28 +107,29 @@ def test_phases_runs_the_committee(tmp_path, capsys):
 def test_escape_runs_the_committee(tmp_path, capsys):
     """Escape times versus ln D with the SDE prediction: SGD escape times finite where the runs
     escaped (as `escape_time` of the seeds' spread says), the fitted slope with its interval,
-    SDE escape times later at larger D (positive slope over the extrapolation); no
-    linear-stability prediction, which the report and the text say."""
+    SDE escape times later at larger D (positive slope over the extrapolation); the
+    linear-stability prediction along the symmetric plateau: its parameter-free escape times
+    grow with D with the slope `1/(2λ)` of the growth rate at the escape."""
     out = tmp_path / "esc"
     summary, lines = _run(capsys, ["escape", str(_config(tmp_path)), "--dims", "400,1600",
                                    "--seeds", "4", "--t-max", "120", "--set",
                                    "output.n_save=61", "--set", "sde.dt=0.5",
-                                   "--extrapolate", "10000",
+                                   "--extrapolate", "10000", "--n-times", "61",
                                    "--out", str(out)])
-    assert summary["linear_stability"] is False
-    assert "not computed for model.kind = 'committee'" in summary["linear_stability_reason"]
-    for key in ("lambda", "slope_predicted", "offset", "escape_predicted", "agrees",
-                "equivariant_field"):
-        assert summary[key] is None, key
-    assert any("linear-stability prediction is not computed" in line for line in lines)
-    assert not any("calibrated" in line for line in lines)
+    assert summary["linear_stability"] is True and summary["linear_stability_reason"] is None
+    pf = summary["escape_predicted_initial"]
+    assert pf[0] is not None and pf[1] is not None and 0 < pf[0] < pf[1] < 120
+    lam = summary["growth_rate_at_escape"]
+    print(f"committee linear stability: parameter-free escapes {pf}, slope "
+          f"{summary['slope_predicted_initial']:.2f}, growth rates at the escapes {lam}")
+    assert any(line.startswith("  parameter-free linear stability") for line in lines)
     for name in ("escape.json", "escape.npz", "escape.png", "config.toml", "meta.json"):
         assert (out / name).exists(), name
     with np.load(out / "escape.npz") as z:
         times, spread = z["escape_times"], z["sgd_spread"]
         sde, ext = z["sde_escape_times"], z["extrapolate_escape_times"]
         sgd_t = z["sgd_t"]
-        assert "predicted" not in z.files and "growth_rate" not in z.files
+        assert "predicted" in z.files and "growth_rate" in z.files
     assert times.shape == (2, 4) and spread.shape == (2, 4, 61) and sde.shape == (2, 4)
     # each run's escape is the persistent crossing of its spread (the layout's (R, Q))
     for i in range(2):
@@ -145,7 +147,7 @@ def test_escape_runs_the_committee(tmp_path, capsys):
     assert np.isfinite(sde).all() and np.isfinite(ext).all()
     assert summary["slope_sde"] is not None and summary["slope_sde_all"] > 0
     assert np.mean(ext) > np.mean(sde[1]) > np.mean(sde[0])
-    assert summary["paths_sde"] == 4 and summary["extrapolation"][0]["calibrated"] is None
+    assert summary["paths_sde"] == 4
     assert lines[0].startswith("escape slope in ln D: measured ")
     print(f"committee escape: SGD means {summary['escape_mean']}, slope "
           f"{summary['slope_measured']:.2f}; SDE means {summary['escape_sde_mean']}, "
@@ -180,8 +182,7 @@ def test_scaling_runs_the_committee(tmp_path, capsys):
     ("escape", ["--dims", "400,800", "--set", "model.K=1"],
      "model.K = 1: escape times need at least 2 student units"),
     ("phases", ["--engine-field"], "--engine-field: "),
-    ("escape", ["--dims", "400,800", "--engine-field"], "--engine-field: sets the linear"),
-    ("escape", ["--dims", "400,800", "--n-times", "31"], "--n-times: sets the linear"),
+    ("escape", ["--dims", "400,800", "--engine-field"], "--engine-field: chooses the nodes"),
     ("escape", ["--dims", "3,800"], "dimension 3: sim.dim = 3: sim.space = 'overlaps' needs"),
     ("scaling", ["--dims", "3,800,1600"], "dimension 3: "),
 ])

@@ -174,6 +174,7 @@ def runs():
         own_overlaps=scalars(model, jax.tree.map(lambda x: x[n:], own), own_risk[n:]))
 
 
+@pytest.mark.slow
 def test_weights_and_overlaps_equal_in_law(runs):
     """Every entry of Q, R, v and the risk at every save time: two-sample KS between
     weight-space (64 seeds) and overlap-space (256 seeds) SGD, Bonferroni-corrected p ≥ 0.01;
@@ -200,6 +201,7 @@ def test_weights_and_overlaps_equal_in_law(runs):
     assert pvals[worst] * len(pvals) >= 0.01, (worst, pvals[worst], len(pvals))
 
 
+@pytest.mark.slow
 def test_seed_means_follow_the_ode(runs):
     """Each simulator's seed mean of every entry and the risk at every save time t > 0 within
     5 standard errors of the ODE from the D → ∞ start (`run_ode`, `ode.init = "symmetric"`);
@@ -224,6 +226,7 @@ def test_seed_means_follow_the_ode(runs):
     assert np.ptp(R) < 1e-8 and R[0] > 0.3 and abs(ode["Q01"][-1]) < 0.2
 
 
+@pytest.mark.slow
 def test_each_run_follows_the_ode_from_its_own_start(runs):
     """Per run, the deviation of SGD from the ODE started at that run's own initial state
     (the exact field, vmapped over the 320 starts): its mean over the runs within 5 standard

@@ -16,8 +16,9 @@ from _util import xla_optimizations
 from dynamics.measures import escape_quantiles
 from dynamics.ode import run_ode
 from validation.cli import main
-from validation.experiments.compare import (KS_LEVEL, MEAN_Z_MAX, agreement_verdicts,
-                                            ensemble_moments, escape_ks)
+from validation.experiments.compare import (ESCAPE_TOLERANCE, MEAN_TOLERANCE, agreement_verdicts,
+                                            ensemble_moments, escape_array)
+from validation.verdicts import ks_distance
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["--set", "model.L=3", "--set", "sim.dim=60", "--set", "sim.seeds=3", "--set",
@@ -62,12 +63,13 @@ def test_compare_ensembles(tmp_path, capsys, theory, paths, theory_file):
         assert key in rep, key
     assert set(rep["verdicts"]) == {"mean", "std", "escape", "all"}
     for v in ("mean", "std", "escape"):
-        assert isinstance(rep["verdicts"][v]["agree"], bool)
+        assert rep["verdicts"][v]["word"] in ("agree", "disagree", "not resolved")
+        assert rep["verdicts"][v]["sizes"] == [3, n]
     esc = rep["escape"]
     assert len(esc["sgd"]) == 3 and len(esc["theory"]) == n
     assert set(esc["sgd_quantiles"]) == set(esc["theory_quantiles"]) == {
         "0.1", "0.25", "0.5", "0.75", "0.9"}
-    assert 0 <= esc["ks_p"] <= 1 and "+inf" in esc["never_escaped"]
+    assert 0 <= esc["ks_distance"] <= 1 and "+inf" in esc["never_escaped"]
     assert set(rep["ensemble"]) == {"risk", "m", "q", "n", "s", "b"}
     assert np.shape(rep["ensemble"]["m"]["final_sgd"]["mean"]) == (2, 1)
     assert {"risk_theory", "risk_theory_sem", "risk_sgd", "risk_sgd_sem"} <= set(rep["final"])
@@ -110,11 +112,21 @@ def test_demo_summary_states_verdicts(tmp_path, capsys, monkeypatch):
     # the Bayes risk (its own command's tests) would take most of this tiny run
     monkeypatch.setattr(demo, "bayes_summary", lambda cfg, samples: {"bayes_risk": 0.1})
     out = tmp_path / "demo"
-    rep = _run(capsys, ["demo", *SETS, "--out", str(out)])
+    rep = _run(capsys, ["demo", *SETS, "--weight-seeds", "2", "--out", str(out)])
     assert rep["theory"] == "sde" and rep["paths"] == 4 and "verdicts" in rep
     md = (out / "summary.md").read_text()
-    assert "| mean risk over time |" in md and "| escape time 10/50/90% |" in md
-    assert "theory and simulation" in md and "KS p" in md
+    # each verdict, in one line of words with its numbers
+    for what, key in (("mean risk", "mean"), ("spread of the risk", "std"),
+                      ("escape times", "escape")):
+        line = next(x for x in md.splitlines() if x.startswith(f"- {what}: "))
+        assert line.startswith(f"- {what}: {rep['verdicts'][key]['phrase']}: ")
+        assert "bound" in line and "tolerance" in line
+    assert f"theory and simulation {rep['verdicts']['all']}" in md
+    assert "D → ∞ ODE" in md and "weight-space SGD (2 seeds" in md
+    assert rep["weight_space"]["seeds"] == 2 and len(rep["weight_space"]["escape"]) == 2
+    assert np.isfinite(rep["limit"]["risk_final"])
+    with np.load(out / "limit.npz") as z, np.load(out / "sgd_weights.npz") as w:
+        assert z["risk"].shape == (3,) and w["risk"].shape == (2, 3)
     assert {"compare.png", "sde.npz", "ensemble.npz", "summary.md", "report.json"} <= {
         p.name for p in out.iterdir()}
 
@@ -148,12 +160,13 @@ def _ensemble(rng, n: int, T: int, shift: float = 0.0, scale: float = 1.0) -> np
 def test_identical_ensembles_agree():
     rng = np.random.default_rng(0)
     t = np.linspace(0, 10, 11)
-    risk = _ensemble(rng, 20, 11)
-    esc = list(rng.uniform(2, 8, 20))
+    risk = _ensemble(rng, 200, 11)
+    esc = list(rng.uniform(2, 8, 200))
     v = agreement_verdicts(t, risk, risk.copy(), esc, list(esc))
-    assert v["mean"]["z_max"] == 0 and v["std"]["ratio_mean"] == 1
-    assert v["escape"]["ks_p"] == 1 and v["escape"]["ks_statistic"] == 0
-    assert v["mean"]["agree"] and v["std"]["agree"] and v["escape"]["agree"] and v["all"]
+    assert v["mean"]["statistic"] == 0 and v["std"]["ratio"] == 1
+    assert v["escape"]["statistic"] == 0 and v["escape"]["p"] == 1
+    assert [v[k]["word"] for k in ("mean", "std", "escape")] == ["agree"] * 3
+    assert v["all"] == "agree"
 
 
 def test_shifted_ensembles_disagree():
@@ -161,21 +174,29 @@ def test_shifted_ensembles_disagree():
     t = np.linspace(0, 10, 11)
     a, b = _ensemble(rng, 40, 11), _ensemble(rng, 40, 11, shift=0.2)
     v = agreement_verdicts(t, a, b, list(rng.uniform(2, 4, 40)), list(rng.uniform(6, 8, 40)))
-    assert v["mean"]["z_max"] > MEAN_Z_MAX and not v["mean"]["agree"]
-    assert v["std"]["agree"]                   # same spread
-    assert v["escape"]["ks_p"] < KS_LEVEL and not v["escape"]["agree"]
-    assert not v["all"]
-    # spread twice as large: only the std verdict fails
+    assert v["mean"]["statistic"] > MEAN_TOLERANCE and v["mean"]["word"] == "disagree"
+    assert v["std"]["word"] != "disagree"                   # same spread
+    assert v["escape"]["statistic"] == 1 and v["escape"]["word"] == "disagree"
+    assert v["all"] == "disagree"
+    # spread twice as large: the std verdict fails, the means (same) do not
     w = agreement_verdicts(t, a, 1.0 + 2 * (a - 1.0), [3.0] * 40, [3.0] * 40)
-    assert w["mean"]["agree"] and not w["std"]["agree"] and w["escape"]["agree"]
-    assert abs(w["std"]["ratio_mean"] - 2) < 1e-12 and not w["all"]
+    assert w["mean"]["word"] != "disagree" and w["std"]["word"] == "disagree"
+    assert w["escape"]["statistic"] == 0 and w["escape"]["word"] == "agree"
+    assert abs(w["std"]["ratio"] - 2) < 1e-12 and w["all"] == "disagree"
 
 
-def test_one_run_is_not_assessed():
+def test_small_ensembles_are_not_resolved():
+    """Four runs against three of one law: no verdict can be made; the report names the sizes
+    that would make one."""
+    rng = np.random.default_rng(5)
     t = np.linspace(0, 1, 3)
-    v = agreement_verdicts(t, np.ones((1, 3)), np.ones((4, 3)), [None], [None] * 4)
-    assert v["mean"]["agree"] is None and v["std"]["agree"] is None
-    assert v["escape"]["agree"] and v["all"]
+    v = agreement_verdicts(t, _ensemble(rng, 3, 3), _ensemble(rng, 4, 3),
+                           list(rng.uniform(0, 1, 3)), list(rng.uniform(0, 1, 4)))
+    assert v["mean"]["word"] == "not resolved" and v["mean"]["needs"][0] > 3
+    assert "needs about" in v["mean"]["phrase"] and v["all"] == "not resolved"
+    one = agreement_verdicts(t, np.ones((1, 3)), np.ones((4, 3)), [None], [None] * 4)
+    assert one["mean"]["agree"] is None and one["std"]["agree"] is None
+    assert one["mean"]["needs"] is None and one["all"] == "not resolved"
 
 
 def test_moments_and_standard_errors():
@@ -190,14 +211,17 @@ def test_moments_and_standard_errors():
 
 
 def test_never_escaped_runs_count_as_infinite():
+    def ks(x, y):
+        return float(ks_distance(escape_array(x)[None], escape_array(y)[None])[0])
+
     # no run escapes on either side: the same distribution
-    assert escape_ks([None] * 3, [np.nan] * 5) == (0.0, 1.0)
-    # escaped fractions 1/4 and 4/4 at the same times: the KS statistic is the gap in the
+    assert ks([None] * 3, [np.nan] * 5) == 0.0
+    # escaped fractions 1/4 and 4/4 at the same times: the KS distance is the gap in the
     # escaped fraction, 3/4 (never-escaped runs are neither dropped nor put at t_max)
-    stat, p = escape_ks([1.0, None, None, None], [1.0, 1.0, 1.0, 1.0])
-    assert stat == pytest.approx(0.75) and 0 < p < 1
+    assert ks([1.0, None, None, None], [1.0, 1.0, 1.0, 1.0]) == pytest.approx(0.75)
     # dropping the never-escaped runs would make these two identical
-    assert escape_ks([2.0, 3.0, None, None], [2.0, 3.0])[0] == pytest.approx(0.5)
+    assert ks([2.0, 3.0, None, None], [2.0, 3.0]) == pytest.approx(0.5)
+    assert ESCAPE_TOLERANCE < 0.5
     q = escape_quantiles([2.0, 3.0, None, None])
     assert q["0.25"] == 2.0 and q["0.5"] == 3.0 and q["0.75"] == np.inf
 

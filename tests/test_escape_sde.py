@@ -6,6 +6,7 @@ report and the command's bad inputs. The end-to-end run with the SDE is
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
@@ -133,7 +134,10 @@ def test_summary_lines():
 
 def test_extrapolate_list():
     assert extrapolate_list("") == []
-    assert extrapolate_list("100000, 10000,10000") == [10_000, 100_000]
+    assert extrapolate_list("100000, 10000") == [10_000, 100_000]
+    for text in ("100000, 10000,10000", "10000,,100000", ","):   # a repeated or empty item
+        with pytest.raises(argparse.ArgumentTypeError):
+            extrapolate_list(text)
 
 
 @pytest.mark.parametrize("extra", [["--paths", "0"], ["--paths", "-3"],

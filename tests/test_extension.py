@@ -98,6 +98,7 @@ SETTINGS = ["model.activation=softmax2_test", "prior.kind=ternary_test", "prior.
             "sim.dim=200", "sim.seeds=2"]
 
 
+@pytest.mark.slow
 @pytest.mark.fast_compile
 def test_new_activation_and_prior_in_one_file_each(registered, tmp_path, capsys):
     assert activation_names()[-1] == "softmax2_test" and prior_kinds()[-1] == "ternary_test"

@@ -78,16 +78,19 @@ def _check_against_fd(cfg_overrides: list[str], names: tuple[str, ...]) -> None:
                                      f"differences {fd[k]:.10g} (relative error {err:.2e})")
 
 
+@pytest.mark.slow
 def test_gradients_match_finite_differences():
     """Every parameter but the schedules' knot values (they replace lr and lr_bias)."""
     names = tuple(p for p in PARAMS if "schedule" not in p)
     _check_against_fd(BASE, names)
 
 
+@pytest.mark.slow
 def test_schedule_gradients_match_finite_differences():
     _check_against_fd(BASE + SCHEDULES, ("training.lr_schedule", "training.lr_bias_schedule"))
 
 
+@pytest.mark.slow
 def test_backsolve_agrees_with_recursive_checkpointing():
     cfg = load_config(None, BASE)
     grads = {}
@@ -137,6 +140,7 @@ SDE_BASE = ["model.L=2", "model.activation=softmax1", "model.noise=0.2", "ode.sa
             "sim.dim=400", "sim.risk_samples=256", "sde.paths=3"]
 
 
+@pytest.mark.slow
 def test_sde_curve_is_the_ensemble_mean_and_differentiable():
     """`SDECurve({})` is `run_sde`'s mean risk (the same paths, to round-off), and its
     forward-mode Jacobian in (η, Δ) matches central differences of whole ensembles."""

@@ -344,6 +344,7 @@ def runs(cfg):
     return model, out, risk, finals
 
 
+@pytest.mark.slow
 def test_sgd_weights_and_overlaps_agree_with_the_ode(runs):
     """At the final time: for Q, R, a and the risk, two-sample KS between the two simulators
     (Bonferroni over the 4 quantities, p ≥ 0.01) and their seed means within 5 standard
@@ -377,6 +378,7 @@ def test_sgd_weights_and_overlaps_agree_with_the_ode(runs):
         assert abs(T0.std() / np.sqrt(2.0 / D) - 1.0) < 0.3
 
 
+@pytest.mark.slow
 def test_sde_final_risk_matches_sgd(runs):
     """The SDE's 64 paths against SGD's seeds (both spaces pooled, 320 runs): the final risk's
     mean within 5 standard errors, its spread (log ratio of standard deviations within 5 of

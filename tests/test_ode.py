@@ -190,6 +190,7 @@ def test_random_start_has_order_inverse_sqrt_d_differences():
     np.testing.assert_allclose(spreads[0] / spreads[1], 4.0, rtol=0.3)
 
 
+@pytest.mark.slow
 def test_stiff_solver_matches_the_explicit_one():
     cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=256",
                                "sim.dim=300", "model.L=2"])
@@ -273,6 +274,7 @@ def test_symmetric_start_constructor():
     np.testing.assert_allclose(np.asarray(ov.b), 0.5)
 
 
+@pytest.mark.slow
 def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     """`[ode] samples = "auto"`: the count is a power of two in [pilot, cap], grows when the
     error target is tightened, and the run reports the pilot's and its own measured field error;

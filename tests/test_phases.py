@@ -201,8 +201,8 @@ def test_sweep_and_phases_commands(tmp_path, capsys):
         assert (out / name).exists()
     out2 = tmp_path / "ph"
     assert main(["phases", *sets, "--set", "model.activation=\"bayes_softmax\"",
-                 "--set", "training.t_max=20.0", "--set", "output.n_save=41", "--dim", "300",
-                 "--seeds", "2", "--out", str(out2), "--json"]) == 0
+                 "--set", "training.t_max=20.0", "--set", "output.n_save=41", "--set",
+                 "sim.dim=300", "--seeds", "2", "--out", str(out2), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert {"ode", "sgd", "stage_order_ode", "out"} <= set(summary)
     for name in ("phases.json", "phases_ode.png", "phases_sgd.png", "sgd.npz", "ode.npz"):

@@ -19,6 +19,7 @@ TINY = ["--set", "model.L=2", "--set", "ode.samples=256", "--set", "output.n_sav
         "--set", "sim.risk_samples=256", "--set", "sim.space=overlaps"]
 
 
+@pytest.mark.slow
 def test_schedule_writes_results(tmp_path, capsys):
     out = tmp_path / "a" / "run"
     assert main(["schedule", *TINY, "--budget", "4", "--knots", "3", "--steps", "3", "--dim",
@@ -84,6 +85,7 @@ def _assert_recovered(summary, truth):
     assert summary["residual_rms"] < 1e-6 and summary["converged"]
 
 
+@pytest.mark.slow
 def test_fit_recovers_an_ode_curve(tmp_path, capsys):
     """A curve made by the ODE at known η and Δ is fitted from a start 20% off."""
     sets = ["model.L=2", "ode.samples=256", "output.n_save=21", "training.t_max=6",
@@ -97,6 +99,7 @@ def test_fit_recovers_an_ode_curve(tmp_path, capsys):
                                                      "fit.png", "meta.json"]
 
 
+@pytest.mark.slow
 def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
     """`--model sde`: the mean of an SDE ensemble made at known η and Δ (the same paths) is
     fitted from a start 20% off."""
@@ -134,6 +137,7 @@ def test_fit_bad_inputs(tmp_path, capsys, argv, needle):
     assert not any(Path(tmp_path).glob("o*"))
 
 
+@pytest.mark.slow
 def test_fit_linearization_keeps_only_the_jacobian():
     """The fit's residuals go through `materialized`: the same curve and the same tangents (to
     round-off), but optimistix's `jax.linearize` of it keeps the `(T, p)` Jacobian instead of

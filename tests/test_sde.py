@@ -278,3 +278,29 @@ def test_ensemble_matches_overlap_chain_sgd():
     ratio = a.std(0, ddof=1)[1:] / b.std(0, ddof=1)[1:]
     assert abs(np.mean(ratio) - 1) < 0.3, ratio
     assert a.mean(0)[-1] < 0.9 * a.mean(0)[0]          # it learned something
+
+
+def test_node_counts_come_from_the_error_target():
+    """Without `samples_drift` / `samples_noise` the node counts follow `[sde] error_target`
+    `τ`, not `[ode] samples`: the noise count is the smallest power of two with
+    `1/√(2n) ≤ τ` (the relative error of a spread estimated from n Monte Carlo draws, checked
+    here by sampling), the drift's four times it; explicit counts are kept."""
+    from dynamics.expectations import MIN_SAMPLES
+    from dynamics.sde import build_sde, drift_samples, noise_samples
+
+    cfg = d.load_config(None, ["ode.samples=65536"])            # no [sde] node keys
+    assert (drift_samples(cfg), noise_samples(cfg)) == (1024, 256)
+    assert build_sde(cfg, 1000).diffusion.nodes.x.shape[0] == 256      # the diffusion's nodes
+    for tau in (0.3, 0.1, 0.05, 0.02, 0.01):
+        c = d.load_config(None, [f"sde.error_target={tau}"])
+        n = noise_samples(c)
+        assert n & (n - 1) == 0 and 1 / np.sqrt(2 * n) <= tau
+        assert n == MIN_SAMPLES or 1 / np.sqrt(n) > tau         # n/2 nodes would miss it
+        assert drift_samples(c) == 4 * n
+    c = d.load_config(None, ["sde.samples_drift=2048", "sde.samples_noise=64"])
+    assert (drift_samples(c), noise_samples(c)) == (2048, 64)
+    # the premise: the standard deviation of n Gaussian draws has relative error 1/√(2n)
+    rng = np.random.default_rng(0)
+    for n in (64, 256):
+        s = rng.standard_normal((4000, n)).std(axis=1, ddof=1)
+        np.testing.assert_allclose(s.std(), 1 / np.sqrt(2 * n), rtol=0.06)

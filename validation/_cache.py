@@ -2,17 +2,15 @@
 
 Both live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
-identical run then skips compilation and the sympy derivation and only traces.
+identical run then skips compilation and the sympy derivation and only traces. The results
+cache of the same folder (`validation._results`) skips even that for a repeated `headflow ode`.
+Importing this module imports nothing heavy (JAX and sympy are imported by [`configure`][]).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import jax
-
-from dynamics.symbolic import set_source_cache
 
 MIN_COMPILE_S = 0.1
 """Programs that compile faster than this are not worth a disk round trip."""
@@ -28,6 +26,10 @@ def cache_root() -> Path:
 
 def _off() -> None:
     """Both caches off (also when an earlier call in this process had turned them on)."""
+    import jax
+
+    from dynamics.symbolic import set_source_cache
+
     set_source_cache(None)
     jax.config.update("jax_compilation_cache_dir", None)
 
@@ -39,6 +41,10 @@ def configure(enabled: bool = True) -> Path | None:
                                                                                  "false", "no"):
         _off()
         return None
+    import jax
+
+    from dynamics.symbolic import set_source_cache
+
     root = cache_root()
     try:
         (root / "jax").mkdir(parents=True, exist_ok=True)

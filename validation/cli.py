@@ -60,6 +60,14 @@ class _Parser(argparse.ArgumentParser):
             return None
         return super()._parse_optional(arg_string)
 
+    def _get_values(self, action, arg_strings):
+        # argparse drops a "--" given as an option's value (`--threshold=--`), keeping the
+        # default without a word; it is a bad value like any other
+        if action.option_strings and "--" in arg_strings:
+            self.error(f"argument {'/'.join(action.option_strings)}: expected a value, got "
+                       "'--'")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="headflow", description="Learning dynamics of attention heads in the "
@@ -176,6 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     143 after SIGINT or SIGTERM)."""
     parser = build_parser()
     args = parser.parse_args(argv)   # --help and bad arguments end here, before JAX is imported
+    if getattr(args, "replay", False):    # a repeated run: its earlier result, without JAX
+        from ._results import replay
+
+        replayed = replay(args)
+        if replayed is not None:
+            if getattr(args, "json", False):
+                import json
+
+                print(json.dumps(replayed), flush=True)
+            return 0
     import jax
 
     from dynamics import HeadflowError, Interrupted, clear_stop

@@ -47,6 +47,9 @@ from ._symmetric import head_average as head_average
 from ._symmetric import head_differences as head_differences
 from ._symmetric import unflatten as unflatten
 from ._tangent import StabilityResult as StabilityResult
+from ._tangent import default_modes as default_modes
+from ._units import UnitModes as UnitModes
+from ._units import unit_average as unit_average
 from ._tangent import growth_matrix as growth_matrix
 from ._tangent import leading_mode as leading_mode
 from ._tangent import linear_stability as linear_stability

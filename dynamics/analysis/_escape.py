@@ -4,50 +4,59 @@ spread of a random start at dimension D grows like `e^{∫λ}/√D`, so
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float
 
-from .._model import Model
-from ..measures import alignment, first_crossing
+from ..measures import first_crossing
+from ..models._base import AbstractModel
 from ..models.attention import random_start
-from ._modes import HeadModes
-from ._symmetric import flatten, head_differences, unflatten
 from ._tangent import StabilityResult
 
 
-def initial_contrasts(model: Model, key, modes: HeadModes, *, n: int, dim: int, key_std: float,
-                      value_std: float, bias: float) -> Float[Array, "n Hm1 mu"]:
-    """Samples of the head-difference coordinates of a random initialization at dimension
-    `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D is
-    `coef/√D`): `n` independent draws of [`dynamics.models.attention.random_start`][] projected
-    on the standard blocks."""
+def initial_contrasts(model: Any, key, modes: Any, *, n: int, dim: int, key_std: float = 1.0,
+                      value_std: float = 1.0, bias: float = 0.0) -> Float[Array, "n Hm1 mu"]:
+    """Samples of the head- (unit-) difference coordinates of a random initialization at
+    dimension `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D
+    is `coef/√D`): `n` independent draws of the model's random start
+    ([`dynamics.models.attention.random_start`][] with `key_std`, `value_std`, `bias`, or a
+    family model's `initial_state`) projected on the blocks of `modes`."""
     keys = jr.split(key, n)
 
+    def start(k):
+        if isinstance(model, AbstractModel):
+            return model.initial_state(k, dim)
+        return random_start(model, k, dim, key_std=key_std, value_std=value_std, bias=bias)
+
     def one(k):
-        ov = random_start(model, k, dim, key_std=key_std, value_std=value_std, bias=bias)
-        d = flatten(head_differences(ov))
+        ov = start(k)
+        d = modes.flatten(ov) - modes.flatten(modes.average(ov))
         return jnp.einsum("knj,n->kj", modes.standard, d) * jnp.sqrt(float(dim))
 
     return jax.jit(jax.vmap(one))(keys)
 
 
-def linear_spread(result: StabilityResult, modes: HeadModes,
+def linear_spread(result: StabilityResult, modes: Any,
                   coef: Float[Array, "n Hm1 mu"]) -> np.ndarray:
-    """The head spread `max_f (max_h α_hf − min_h α_hf)` of the linearized perturbations
-    `δ(t) = Σ_k U_k Φ(t) coef_k` around the symmetric trajectory, `(n, T)`. The spread is
-    positively homogeneous of degree 1, so at dimension D it is this divided by `√D`."""
-    H, F = modes.H, modes.F
+    """The head (unit) spread `max_f (max_h α_hf − min_h α_hf)` of the linearized
+    perturbations `δ(t) = Σ_k U_k Φ(t) coef_k` around the symmetric trajectory, `(n, T)`. The
+    spread is positively homogeneous of degree 1, so at dimension D it is this divided by
+    `√D`."""
 
     def at(ov, phi):
         c = jnp.einsum("ij,nkj->nki", phi, coef)                       # (n, H−1, μ)
         deltas = jnp.einsum("knj,mkj->mn", modes.standard, c)           # (n, N)
 
         def spread(d):
-            _, da = jax.jvp(lambda o: alignment(o.m, o.q), (ov,), (unflatten(d, H, F),))
-            return jnp.max(jnp.max(da, axis=0) - jnp.min(da, axis=0))
+            # the spread is 0 on the symmetric trajectory: its derivative along d is the
+            # spread of the derivative of the alignment
+            _, da = jax.jvp(lambda v: modes.alignment(modes.unflatten(v)),
+                            (modes.flatten(ov),), (d,))
+            return jnp.max(jnp.max(da, axis=-2) - jnp.min(da, axis=-2))
 
         return jax.vmap(spread)(deltas)
 
@@ -66,7 +75,7 @@ def crossing_times(t: np.ndarray, values: np.ndarray, levels: np.ndarray) -> np.
     return out
 
 
-def predicted_escape_times(result: StabilityResult, modes: HeadModes,
+def predicted_escape_times(result: StabilityResult, modes: Any,
                            coef: Float[Array, "n Hm1 mu"], dims, threshold: float
                            ) -> np.ndarray:
     """Linear-theory escape times `(n, len(dims))`: the first time the linearized head spread of

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float
 from .._errors import HeadflowError
 from .._model import Model
 from .._overlaps import Overlaps
+from ..measures import alignment
 from ._symmetric import flatten, head_average, unflatten
 
 
@@ -95,6 +96,22 @@ class HeadModes(eqx.Module):
     @property
     def mu(self) -> int:
         return self.standard.shape[-1]
+
+    def flatten(self, ov: Overlaps) -> Float[Array, " N"]:
+        """[`flatten`][] (the coordinates of the bases)."""
+        return flatten(ov)
+
+    def unflatten(self, vec: Float[Array, " N"]) -> Overlaps:
+        """[`unflatten`][] at this model's `H`, `F`."""
+        return unflatten(vec, self.H, self.F)
+
+    def average(self, ov: Overlaps) -> Overlaps:
+        """[`head_average`][]: the projection on the symmetric subspace."""
+        return head_average(ov)
+
+    def alignment(self, ov: Overlaps) -> Float[Array, "H F"]:
+        """`α_hf = m_hf/√q_hh`, whose spread over heads defines the escape."""
+        return alignment(ov.m, ov.q)
 
     def tangent(self, coef: Float[Array, "Hm1 mu"]) -> Overlaps:
         """The perturbation `Σ_k U_k coef_k` as overlaps."""

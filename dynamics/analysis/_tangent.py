@@ -3,6 +3,8 @@ differences along the symmetric trajectory (`docs/phases.md`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import diffrax as dfx
 import equinox as eqx
 import jax
@@ -11,32 +13,39 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
-from .._overlaps import Overlaps
 from .._stop import check_stop
 from ..fields import AbstractField
 from ..ode import Integrator, solve
 from ._modes import HeadModes
-from ._symmetric import flatten, head_average, unflatten
+from ._symmetric import flatten, unflatten
+from ._units import UnitModes
 
 TANGENT_INTEGRATOR = Integrator.adaptive("tsit5", rtol=1e-7, atol=1e-9, max_steps=20000,
                                          blowup=None)
 """The default integrator of [`linear_stability`][]."""
 
 
-def restricted_jacobian(field: AbstractField, ov: Overlaps, basis: Float[Array, "N k"]
-                        ) -> Float[Array, "k k"]:
+def restricted_jacobian(field: AbstractField, ov: Any, basis: Float[Array, "N k"],
+                        modes: Any = None) -> Float[Array, "k k"]:
     """`Uᵀ J U` with `J` the Jacobian of the right-hand side at `ov` (forward-mode autodiff,
-    one JVP per column of `U`)."""
-    H, F = ov.H, ov.F
-    f = lambda o: flatten(field(0.0, o))                              # noqa: E731
-    _, f_lin = jax.linearize(f, ov.on_manifold())
-    cols = jax.vmap(lambda v: f_lin(unflatten(v, H, F)))(basis.T)     # (k, N)
+    one JVP per column of `U`), in the coordinates of `modes` ([`HeadModes`][] or
+    [`UnitModes`][]; default: the attention model's manifold coordinates)."""
+    if modes is None:
+        H, F = ov.H, ov.F
+        flat, unflat = flatten, lambda v: unflatten(v, H, F)
+        ov = ov.on_manifold()
+    else:
+        flat, unflat = modes.flatten, modes.unflatten
+    f = lambda o: flat(field(0.0, o))                                 # noqa: E731
+    _, f_lin = jax.linearize(f, ov)
+    cols = jax.vmap(lambda v: f_lin(unflat(v)))(basis.T)               # (k, N)
     return basis.T @ cols.T
 
 
-def growth_matrix(field: AbstractField, ov: Overlaps, modes: HeadModes) -> Float[Array, "mu mu"]:
-    """`B`: the Jacobian on one standard-representation block (first Helmert contrast)."""
-    return restricted_jacobian(field, ov, modes.standard[0])
+def growth_matrix(field: AbstractField, ov: Any, modes: Any) -> Float[Array, "mu mu"]:
+    """`B`: the Jacobian on one standard-representation block (first Helmert contrast) of
+    [`HeadModes`][], or on all unit differences of [`UnitModes`][]."""
+    return restricted_jacobian(field, ov, modes.standard[0], modes)
 
 
 def leading_mode(B: np.ndarray) -> tuple[float, np.ndarray, complex]:
@@ -65,7 +74,7 @@ class StabilityResult(eqx.Module):
     """
 
     t: Float[Array, " T"]
-    symmetric: Overlaps
+    symmetric: Any
     propagator: Float[Array, "T mu mu"]
     growth_rate: Float[Array, " T"]
     eigenvalue: Array
@@ -82,37 +91,48 @@ class StabilityResult(eqx.Module):
 
 
 class _TLState(eqx.Module):
-    ov: Overlaps
+    ov: Any
     phi: Float[Array, "mu mu"]
 
 
 class _TangentLinear(eqx.Module):
     field: AbstractField
-    basis: Float[Array, "N mu"]
+    modes: Any
 
     def __call__(self, t, y: _TLState, args=None) -> _TLState:
-        ov = head_average(y.ov)
-        H, F = ov.H, ov.F
+        m = self.modes
+        basis = m.standard[0]
+        ov = m.average(y.ov)
         f = lambda o: self.field(t, o)                                 # noqa: E731
         d_ov, f_lin = jax.linearize(f, ov)
-        cols = jax.vmap(lambda c: flatten(f_lin(unflatten(self.basis @ c, H, F))),
+        cols = jax.vmap(lambda c: m.flatten(f_lin(m.unflatten(basis @ c))),
                         in_axes=1, out_axes=1)(y.phi)                  # (N, μ)
-        return _TLState(ov=head_average(d_ov), phi=self.basis.T @ cols)
+        return _TLState(ov=m.average(d_ov), phi=basis.T @ cols)
 
 
-def linear_stability(field: AbstractField, ov0: Overlaps, ts, *, modes: HeadModes | None = None,
+def default_modes(model: Any) -> Any:
+    """The perturbation bases of `model`: [`HeadModes`][] for the attention model,
+    [`UnitModes`][] for a model of the family (`GramState`)."""
+    from ..models._base import AbstractModel
+
+    if isinstance(model, AbstractModel):
+        return UnitModes.build(model)
+    return HeadModes.build(model)
+
+
+def linear_stability(field: AbstractField, ov0: Any, ts, *, modes: Any = None,
                      integrator: Integrator = TANGENT_INTEGRATOR,
                      other_every: int = 0) -> StabilityResult:
-    """Integrate the symmetric trajectory from `head_average(ov0)` together with the
-    tangent-linear propagator of the head differences, and the instantaneous growth rate along
-    it.
+    """Integrate the symmetric trajectory from the symmetric projection of `ov0` together with
+    the tangent-linear propagator of the head (or unit) differences, and the instantaneous
+    growth rate along it.
 
     **Arguments:**
 
     - `field`: the manifold vector field (use [`equivariant_field`][] so that the symmetric
       subspace is exactly invariant and the Jacobian exactly block-diagonal).
     - `ov0`: the start (projected on the symmetric subspace); `ts` the save times.
-    - `modes`: the perturbation bases (default: built for the field's model).
+    - `modes`: the perturbation bases (default: [`default_modes`][] of the field's model).
     - `integrator`: the diffrax settings.
     - `other_every`: compute the growth rate outside the standard representation at every
       `other_every`-th save time (0: never; only meaningful for H ≥ 4).
@@ -122,12 +142,11 @@ def linear_stability(field: AbstractField, ov0: Overlaps, ts, *, modes: HeadMode
     **Raises:** [`HeadflowError`][] when the solver fails or the state becomes non-finite.
     """
     model = field.model
-    modes = HeadModes.build(model) if modes is None else modes
+    modes = default_modes(model) if modes is None else modes
     ts = jnp.asarray(np.asarray(ts, dtype=np.float64))
-    ov0 = head_average(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0))
-    basis = modes.standard[0]
+    ov0 = modes.average(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0))
     y0 = _TLState(ov=ov0, phi=jnp.eye(modes.mu))
-    sol = solve(dfx.ODETerm(_TangentLinear(field, basis)), y0, ts, integrator)
+    sol = solve(dfx.ODETerm(_TangentLinear(field, modes)), y0, ts, integrator)
     ys = sol.ys
     assert ys is not None
     ok = bool(sol.result == dfx.RESULTS.successful)
@@ -138,14 +157,14 @@ def linear_stability(field: AbstractField, ov0: Overlaps, ts, *, modes: HeadMode
         raise HeadflowError(f"the symmetric trajectory or its tangent-linear equation could not "
                             f"be integrated to t = {float(ts[-1]):.4g} (solver: "
                             f"{sol.result}); try a smaller training.lr or a shorter t_max")
-    Bs = np.asarray(_jacobians(field, basis, ys.ov))
+    Bs = np.asarray(_jacobians(field, modes, ys.ov))
     rates, vecs, eigs = zip(*(leading_mode(B) for B in Bs))
     rates = np.asarray(rates)
     t_np = np.asarray(ts)
     log_growth = np.concatenate([[0.0], np.cumsum(0.5 * (rates[1:] + rates[:-1])
                                                    * np.diff(t_np))])
     other = np.full(len(t_np), np.nan)
-    if other_every and model.H >= 4:
+    if other_every and isinstance(modes, HeadModes) and model.H >= 4:
         other_rate = _other_rate_fn(field, modes)
         for i in range(0, len(t_np), other_every):
             other[i] = other_rate(jax.tree.map(lambda x: x[i], ys.ov))
@@ -157,8 +176,9 @@ def linear_stability(field: AbstractField, ov0: Overlaps, ts, *, modes: HeadMode
 
 
 @eqx.filter_jit
-def _jacobians(field, basis, ovs):
-    return jax.lax.map(lambda o: restricted_jacobian(field, o, basis), ovs, batch_size=4)
+def _jacobians(field, modes, ovs):
+    return jax.lax.map(lambda o: restricted_jacobian(field, o, modes.standard[0], modes), ovs,
+                       batch_size=4)
 
 
 def _other_rate_fn(field: AbstractField, modes: HeadModes):

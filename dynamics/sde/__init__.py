@@ -6,6 +6,7 @@ from ._diffusion import centred_factor as centred_factor
 from ._run import SDEResult as SDEResult
 from ._run import build_sde as build_sde
 from ._run import drift_samples as drift_samples
+from ._run import noise_samples as noise_samples
 from ._run import initial_states as initial_states
 from ._run import path_keys as path_keys
 from ._run import run_sde as run_sde

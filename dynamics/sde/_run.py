@@ -19,9 +19,9 @@ from .._errors import HeadflowError, require_x64
 from ..hooks import check_dim, sde_terms, start_sampler, state_risk
 from .._stop import check_stop
 from ..config import Config
-from ..expectations import MonteCarlo, get_expectation
+from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
 from ..measures import escape_time
-from ..ode import AUTO_FALLBACK, BLOWUP, model_arrays
+from ..ode import BLOWUP, model_arrays
 from ..sharding import gather, shard_leading
 from ._diffusion import AbstractDiffusion
 from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
@@ -83,24 +83,44 @@ def path_keys(seed: int, paths: int) -> tuple[Key[Array, " n"], Key[Array, " n"]
     return keys[:, 0], keys[:, 1]
 
 
+def _power_of_two(n: float) -> int:
+    """The smallest power of two ≥ `n`, within `[MIN_SAMPLES, AUTO_MAX_SAMPLES]`."""
+    return int(min(max(2 ** int(np.ceil(np.log2(max(n, 1.0)))), MIN_SAMPLES),
+                   AUTO_MAX_SAMPLES))
+
+
+def noise_samples(cfg: Config) -> int:
+    """Nodes of the diffusion: `[sde] samples_noise`, by default sized for `[sde]
+    error_target` `τ`. `Σ` is a Monte Carlo covariance over the nodes, whose relative error is
+    `≈ √(2/n)`; the spread of the paths goes with `Σ^{1/2}`, relative error `≈ 1/√(2n)`, so
+    `n = 1/(2τ²)` rounded up to a power of two (256 at `τ = 0.05`)."""
+    if cfg.sde.samples_noise is not None:
+        return int(cfg.sde.samples_noise)
+    return _power_of_two(1.0 / (2.0 * cfg.sde.error_target ** 2))
+
+
 def drift_samples(cfg: Config) -> int:
-    """Nodes of the drift: `[sde] samples_drift`, by default `[ode] samples` (16384 for
-    `"auto"`)."""
+    """Nodes of the drift: `[sde] samples_drift`, by default sized for `[sde] error_target`:
+    four times the noise rule's count (half its Monte Carlo error), since the drift's node
+    error moves every path alike, a bias of the ensemble that more paths do not average out,
+    while the noise's enters each path's fluctuation with the weight `D^{-1/2}` (1024 nodes at
+    `τ = 0.05`). Not `[ode] samples`: the ODE's count is sized for a deterministic curve over
+    a long span, far more than an ensemble at finite D resolves."""
     if cfg.sde.samples_drift is not None:
         return int(cfg.sde.samples_drift)
-    return AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)
+    return min(4 * _power_of_two(1.0 / (2.0 * cfg.sde.error_target ** 2)), AUTO_MAX_SAMPLES)
 
 
 def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
     """The SDE of a configuration at dimension `dim`: the model's drift with its `η²` terms on
     [`drift_samples`][] nodes of `[ode] expectation` (or its closed forms), the diffusion on
-    `[sde] samples_noise` Monte Carlo nodes of all fields (both with `[ode] seed`), factored as
+    [`noise_samples`][] Monte Carlo nodes of all fields (both with `[ode] seed`), factored as
     `[sde] noise` says."""
     model = cfg.build_model() if model is None else model
     drift_backend = None if cfg.ode.expectation == "exact" else get_expectation(
         cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)      # closed forms: None
     drift, diffusion = sde_terms(model, cfg, drift_backend,
-                                 MonteCarlo(samples=cfg.sde.samples_noise, seed=cfg.ode.seed))
+                                 MonteCarlo(samples=noise_samples(cfg), seed=cfg.ode.seed))
     return OverlapSDE(drift=drift, diffusion=diffusion,
                       inv_sqrt_dim=jnp.asarray(1.0 / np.sqrt(dim), jnp.float64),
                       noise=cfg.sde.noise)
@@ -226,7 +246,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,
             "drift": cfg.ode.expectation,
             **({} if exact else {"samples_drift": drift_samples(cfg)}),
-            "samples_noise": cfg.sde.samples_noise,
+            "samples_noise": noise_samples(cfg),
             "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
             "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
     return SDEResult(t=jnp.asarray(times), overlaps=states, risk=jnp.asarray(risk),

@@ -144,7 +144,7 @@ def lim(i: sp.Symbol) -> tuple:
 # -- expectation -------------------------------------------------------------------------------
 
 class Expect(sp.Function):
-    """`E[·]` over one sample (θ, the Gaussian fields, ξ). Linear; see [`expect`][]."""
+    """`E[·]` over one sample (θ, the Gaussian fields, ξ). Linear; see `expect`."""
 
     nargs = 1
 

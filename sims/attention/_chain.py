@@ -133,7 +133,7 @@ def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
     **Arguments:**
 
     - `model`, `hp`: the model and the step sizes. `dim`: D.
-    - `omega`, `b`: the state, over the independent rows ([`n_rows`][]).
+    - `omega`, `b`: the state, over the independent rows (`n_rows`).
     - `lam`: the fields of the batch's tokens, `λ_{bℓ} = W x_{bℓ}/√D`.
     - `tokens`: their Gram matrix `x_{bℓ}·x_{b'ℓ'}` (flattened batch-major, not divided by D).
     - `y`: the labels.
@@ -308,12 +308,12 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     **Arguments:**
 
     - `model`, `hp`: the model and the SGD step sizes (learning rates, weight decay, batch).
-    - `dim`: D (at least `N + B·L + 1`, [`n_rows`][]). `seeds`: a list of ints (one
+    - `dim`: D (at least `N + B·L + 1`, `n_rows`). `seeds`: a list of ints (one
       independent run each; the same seed gives the same run, bit for bit).
     - `times`: save times in `t = steps/D`, recorded after `round(t·D)` steps exactly as
       [`sims.attention.simulate`][] does (0 = the initial state).
     - `init`: `None` (a draw of the exact finite-D law of the random initialization with
-      `init_std = (σ_k, σ_v, b_0)`, [`initial_gram`][]), overlaps with a leading seed axis, or a
+      `init_std = (σ_k, σ_v, b_0)`, `initial_gram`), overlaps with a leading seed axis, or a
       callable `init(key) -> Overlaps` (e.g. `dynamics.models.attention.random_start` of
       actual weights).
       With frozen values the value blocks of the initial overlaps are ignored (`v_h = v*`).

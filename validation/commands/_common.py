@@ -75,12 +75,16 @@ def replace_out(args: argparse.Namespace) -> bool:
 def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
     """Load `args.config` with the `--set` overrides, then the command's own flags, given as
     `attribute="section.key"` (e.g. `dim="sim.dim"`), when set."""
-    from dynamics import load_config
+    from dynamics import ConfigError, load_config
 
     overrides = list(args.set)
+    given = {item.partition("=")[0].strip(): item for item in overrides}
     for attr, dotted in flag_keys.items():
         value = getattr(args, attr, None)
         if value is not None:
+            if dotted in given:     # one key, two values: neither may win silently
+                raise ConfigError(f"--set {given[dotted]} and --{attr.replace('_', '-')} "
+                                  f"{value} both set {dotted}; give one")
             overrides.append(f"{dotted}={value}")
     return load_config(args.config, overrides)
 
@@ -133,9 +137,20 @@ def show_progress() -> bool:
     return sys.stderr.isatty()
 
 
+MAX_COUNT = 2**31 - 1
+"""The largest count an option takes (paths, seeds, samples, dimensions, steps, ...): an array
+or a loop of more items than this is beyond what a command can run on one machine."""
+
+MAX_VALUE = 1e9
+"""The largest magnitude of a real-valued option (times, learning rates, thresholds,
+amplitudes, ...): none of them means anything beyond it (a time of 10⁹ is 10¹² SGD steps at
+D = 1000), and a larger one is a typo or an overflow."""
+
+
 def _number_parser(kind: type, ok, what: str):
-    """An argparse `type=` that parses `kind` and accepts values with `ok(v)`, else names the
-    expectation `what` in a one-line error."""
+    """An argparse `type=` that parses `kind` and accepts values with `ok(v)` (and, for
+    integers, at most [`MAX_COUNT`][]; for reals, finite and at most [`MAX_VALUE`][] in
+    magnitude), else names the expectation `what` in a one-line error."""
     def parse(text: str):
         try:
             v = kind(text)
@@ -143,8 +158,40 @@ def _number_parser(kind: type, ok, what: str):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
         if not ok(v):
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        if not in_range(v):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r} (beyond "
+                                             f"{MAX_COUNT if kind is int else MAX_VALUE:g})")
         return v
     return parse
+
+
+def in_range(v: float) -> bool:
+    """Whether a parsed option value is finite and within [`MAX_COUNT`][] (integers) or
+    [`MAX_VALUE`][] (reals)."""
+    if isinstance(v, int):
+        return abs(v) <= MAX_COUNT
+    return math.isfinite(v) and abs(v) <= MAX_VALUE
+
+
+def split_items(text: str, what: str, *, allow_empty: bool = False) -> list[str]:
+    """The comma-separated items of a list option; an empty item (`"1,,2"`, `","`) is an
+    error, and so is an empty list unless `allow_empty` (then `""` is the empty list)."""
+    if allow_empty and not text.strip():
+        return []
+    items = [x.strip() for x in text.split(",")]
+    if not text.strip() or not all(items):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r} (an empty item)")
+    return items
+
+
+def no_repeats(values, text: str):
+    """`values` unchanged, or a one-line error naming the repeated item."""
+    seen: list = []
+    for v in values:
+        if v in seen:
+            raise argparse.ArgumentTypeError(f"{v!r} is repeated in {text!r}")
+        seen.append(v)
+    return values
 
 
 positive_int = _number_parser(int, lambda v: v >= 1, "a positive integer")
@@ -209,53 +256,66 @@ def run_logger(args):
 
 
 def float_list(text: str) -> tuple[float, ...]:
+    """`"0.5,1,2"` → `(0.5, 1.0, 2.0)`: finite numbers within [`MAX_VALUE`][], no empty or
+    repeated item."""
     try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
+        vals = tuple(float(x) for x in split_items(text, "comma-separated numbers"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}"
                                          ) from None
-    if not vals or not all(math.isfinite(v) for v in vals):
-        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers, got "
-                                         f"{text!r}")
-    return vals
+    if not all(in_range(v) for v in vals):
+        raise argparse.ArgumentTypeError(f"expected comma-separated finite numbers of "
+                                         f"magnitude <= {MAX_VALUE:g}, got {text!r}")
+    return no_repeats(vals, text)
 
 
 def int_list(text: str) -> tuple[int, ...]:
+    """`"1,2,4"` → `(1, 2, 4)`: positive integers within [`MAX_COUNT`][], no empty or repeated
+    item."""
     try:
-        vals = tuple(int(x) for x in text.split(",") if x.strip())
+        vals = tuple(int(x) for x in split_items(text, "comma-separated integers"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}"
                                          ) from None
-    if not vals or min(vals) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return vals
+    if min(vals) < 1 or not all(in_range(v) for v in vals):
+        raise argparse.ArgumentTypeError(f"expected positive integers <= {MAX_COUNT}, got "
+                                         f"{text!r}")
+    return no_repeats(vals, text)
 
 
 def activation_list(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    names = tuple(split_items(text, "comma-separated activation names"))
     known = known_activations()
     bad = [n for n in names if n not in known]
-    if not names or bad:
-        raise argparse.ArgumentTypeError(f"unknown activation(s) {bad or text!r}; choose from "
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown activation(s) {bad}; choose from "
                                          f"{', '.join(known)}")
-    return names
+    return no_repeats(names, text)
 
 
 def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
-                     title: str = "") -> dict:
+                     title: str = "", limit: bool = False, weight_seeds: int = 0) -> dict:
     """Run a comparison of SGD with `theory` (`"ode"`, `"ode-per-seed"` or `"sde"`,
     [`validation.experiments.compare.compare`][]; `paths` SDE paths, default `[sde] paths`) and
     write its files into the run folder `rd`: `sgd.npz`, the theory's arrays (`ode.npz`;
     `ode_per_seed.npz` or `sde.npz` with a run axis and each run's `escape` time, NaN when it
     never escapes), for ensembles `ensemble.npz` ([`ensemble_series`][]), `report.json` and
-    `compare.png`. Returns the report."""
+    `compare.png`. Returns the report.
+
+    For ensembles, `limit` adds the D → ∞ ODE from the SGD seeds' mean start to the figure and
+    the report (`limit`; `limit.npz`), and `weight_seeds > 0` runs that many seeds of SGD in
+    weight space (`sgd_weights.npz`; `weight_space` in the report) and draws them too: with
+    `sim.space = "overlaps"` the compared seeds come from the exact overlap chain and these are
+    the weight-space runs it stands for."""
     import numpy as np
 
     from dynamics.ode import ODEResult
     from dynamics.sde import SDEResult
 
     from .._json import write as write_json
-    from ..experiments.compare import canonical_arrays, compare, ensemble_series
+    from ..experiments.compare import (canonical_arrays, canonicalize, canonicalize_seeds,
+                                       compare, ensemble_series, escapes_of,
+                                       ode_from_seed_mean)
     from ..plots.fan import plot_fan
     from ..plots.trajectories import plot_trajectories
 
@@ -288,13 +348,37 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     name = "sde.npz" if isinstance(res, SDEResult) else "ode_per_seed.npz"
     rd.save_npz(name, {**res.arrays(), "escape": escapes})
     rd.save_npz("ensemble.npz", ensemble_series(s, {**o, "t": s["t"]}, layout))
+    curve = weights = None
+    if limit:
+        with rd.timed("limit"):
+            ode = ode_from_seed_mean(cfg, sgd, progress=show_progress())
+        rd.save_npz("limit.npz", ode.arrays())
+        curve = canonicalize(ode.arrays(), layout)
+        esc = escapes_of(s["t"], {k: v[None] for k, v in curve.items() if k != "t"}, layout)[0]
+        report["limit"] = {"risk_final": float(curve["risk"][-1]), "escape": esc}
+    if weight_seeds:
+        from sims import run_sgd
+
+        with rd.timed("sgd_weights"):
+            ws = run_sgd(cfg.replace(**{"sim.space": "weights"}), seeds=weight_seeds,
+                         progress=show_progress())
+        rd.save_npz("sgd_weights.npz", ws.arrays())
+        weights = canonicalize_seeds(ws.arrays(), layout)
+        final = weights["risk"][:, -1]
+        report["weight_space"] = {
+            "seeds": int(weight_seeds), "dtype": cfg.sim.dtype,
+            "escape": escapes_of(weights["t"], weights, layout),
+            "risk_final": float(final.mean()),
+            "risk_final_sem": float(final.std(ddof=1) / np.sqrt(len(final)))
+            if len(final) > 1 else None}
     write_json(rd.path("report.json"), report)
     sgd_escapes = [np.nan if e is None else e for e in report["escape"]["sgd"]]
+    space = "overlap chain" if cfg.sim.space == "overlaps" else "weight space"
     plot_fan(rd.path("compare.png"), s["t"], o, overlay=s,
              escapes=(np.asarray(sgd_escapes, dtype=float), escapes),
-             labels=(what, f"SGD, {len(sgd.seeds)} seeds"), title=title or (
+             labels=(what, f"SGD ({space}), {len(sgd.seeds)} seeds"), title=title or (
                  f"theory vs SGD at D={sgd.dim}, {describe_model(cfg)}, units in canonical "
-                 "order"))
+                 "order"), curve=curve, seeds=weights)
     return report
 
 

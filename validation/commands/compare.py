@@ -18,8 +18,9 @@ def register(sub) -> None:
                        "time grid, and report their agreement (report.json, compare.png, "
                        "sgd.npz and the theory's arrays). --theory sde (default): --paths SDE "
                        "paths at the run's D, compared as distributions (ensemble mean and "
-                       "std over time with standard errors, escape-time quantiles and a "
-                       "two-sample KS test, verdicts; ensemble.npz, sde.npz). --theory ode: "
+                       "std over time with standard errors, escape-time quantiles and "
+                       "KS distance; each verdict agree, disagree or not resolved at this "
+                       "size; ensemble.npz, sde.npz). --theory ode: "
                        "the ODE from the seed mean of the measured initial overlaps (ode.npz). "
                        "--theory ode-per-seed: one ODE per seed from its own initial overlaps "
                        "(ode_per_seed.npz). See docs/sde.md.")
@@ -64,30 +65,33 @@ def describe(report: dict) -> str:
     return "\n".join(verdict_lines(report))
 
 
-def _agree(v: bool | None) -> str:
-    return "not assessed (fewer than two runs)" if v is None else ("AGREE" if v else
-                                                                    "DISAGREE")
+def _why(v: dict) -> str:
+    """The numbers behind one verdict: its bound against the tolerance and the p-value."""
+    if v["needs"] is None and v["word"] == "not resolved":
+        return "fewer than two runs on a side"
+    return (f"{100 * (1 - v['level']):.0f}% bound {v['upper']:.3g} vs tolerance "
+            f"{v['tolerance']:.3g}, same-law p = {v['p']:.3g}")
 
 
 def verdict_lines(report: dict) -> list[str]:
-    """The three verdicts of an ensemble report, one line each, and the overall one."""
-    v, fin = report["verdicts"], report["final"]
+    """The three verdicts of an ensemble report, one line each in plain words with their
+    numbers, and the overall one."""
+    v, fin, esc = report["verdicts"], report["final"], report["escape"]
     name = {"sde": "SDE", "ode-per-seed": "ODE per seed"}[report["theory"]]
-    z = v["mean"]["z_max"]
-    ratio = v["std"]["ratio_mean"]
+    m, s, e = v["mean"], v["std"], v["escape"]
+    at = f" (at t = {m['t_gap']:.3g})" if m["t_gap"] is not None else ""
+    ratio = f"{s['ratio']:.3f}" if s["ratio"] is not None else "n/a"
     return [
-        f"mean risk: {_agree(v['mean']['agree'])}: largest |{name} − SGD| over time = "
-        + (f"{z:.2f}" if z is not None else "n/a")
-        + f" combined standard errors (at t = {v['mean']['t_z_max']:.3g}; agree if ≤ "
-        f"{v['mean']['threshold']:g}); final {fin['risk_theory']:.4f} ± "
+        f"mean risk: {m['phrase']}: the means differ by at most {m['statistic']:.3g} standard "
+        f"deviations of a run{at}; {_why(m)}; final {fin['risk_theory']:.4f} ± "
         f"{fin['risk_theory_sem']:.4f} ({name}) vs {fin['risk_sgd']:.4f} ± "
         f"{fin['risk_sgd_sem']:.4f} (SGD)",
-        f"std of the risk: {_agree(v['std']['agree'])}: {name}/SGD averaged over t > 0 = "
-        f"{ratio:.3f} (agree if within {100 * v['std']['tolerance']:.0f}% of 1)",
-        f"escape times: {_agree(v['escape']['agree'])}: two-sample KS p = "
-        f"{v['escape']['ks_p']:.3g} (agree if ≥ {v['escape']['level']:g}); escaped "
-        f"{report['escape']['theory_escaped']}/{report['paths']} ({name}), "
-        f"{report['escape']['sgd_escaped']}/{report['seeds']} (SGD); never-escaped runs "
-        "count as +inf",
-        f"overall: theory and simulation {'agree' if v['all'] else 'DISAGREE'}",
+        f"spread of the risk: {s['phrase']}: {name}/SGD standard deviation {ratio} "
+        f"(geometric mean over time; |log ratio| {s['statistic']:.3g}); {_why(s)}",
+        f"escape times: {e['phrase']}: their distribution functions differ by at most "
+        f"{e['statistic']:.3g} (KS distance); {_why(e)}; escaped "
+        f"{esc['theory_escaped']}/{report['paths']} ({name}), "
+        f"{esc['sgd_escaped']}/{report['seeds']} (SGD), a run that never escapes counting "
+        "as +inf",
+        f"overall: theory and simulation {v['all']}",
     ]

@@ -1,40 +1,46 @@
 """`headflow escape CONFIG`: escape times versus D against the parameter-free SDE prediction
-and (attention model) the calibrated linear-stability prediction."""
+and the linear-stability prediction (calibrated, and parameter-free)."""
 
 from __future__ import annotations
 
 import argparse
 import math
 
-from ._common import (add_config_args, check_dims, checked, config_from_args, out_dir,
-                      positive_float, positive_int, replace_out, require_units, show_progress)
+from ._common import (MAX_COUNT, add_config_args, check_dims, checked, config_from_args,
+                      no_repeats, out_dir, positive_float, positive_int, replace_out,
+                      require_units, show_progress, split_items)
 from ._light import ESCAPE_THRESHOLD, EXTRAPOLATE
 
 
 def dims_list(text: str) -> list[int]:
-    """`"250,500,1000"` → `[250, 500, 1000]` (at least two distinct dimensions ≥ 2)."""
+    """`"250,500,1000"` → `[250, 500, 1000]` (at least two distinct dimensions ≥ 2, at most
+    `MAX_COUNT`; no empty or repeated item)."""
     try:
-        dims = [int(x) for x in text.split(",") if x.strip()]
+        dims = [int(x) for x in split_items(text, "comma-separated integers")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") \
             from None
     if len(set(dims)) < 2 or min(dims) < 2:
         raise argparse.ArgumentTypeError(f"need at least two distinct dimensions >= 2, got "
                                          f"{text!r}")
-    return sorted(set(dims))
+    if max(dims) > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"dimensions must be <= {MAX_COUNT}, got {text!r}")
+    return sorted(no_repeats(dims, text))
 
 
 def extrapolate_list(text: str) -> list[int]:
     """`"10000,100000"` → `[10000, 100000]`; `""` → `[]` (no extrapolation). Every dimension
-    must be an integer ≥ 2."""
+    must be an integer ≥ 2 and at most `MAX_COUNT`; no empty or repeated item."""
     try:
-        dims = [int(x) for x in text.split(",") if x.strip()]
+        dims = [int(x) for x in split_items(text, "comma-separated integers (or nothing)",
+                                            allow_empty=True)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers (or nothing), got "
                                          f"{text!r}") from None
-    if dims and min(dims) < 2:
-        raise argparse.ArgumentTypeError(f"dimensions must be >= 2, got {text!r}")
-    return sorted(set(dims))
+    if dims and (min(dims) < 2 or max(dims) > MAX_COUNT):
+        raise argparse.ArgumentTypeError(f"dimensions must be >= 2 and <= {MAX_COUNT}, got "
+                                         f"{text!r}")
+    return sorted(no_repeats(dims, text))
 
 
 N_TIMES = 121
@@ -45,16 +51,16 @@ EXAMPLE = "headflow escape validation/configs/escape.toml --dims 250,500,1000 --
 
 
 def register(sub) -> None:
-    p = sub.add_parser("escape", help="escape times vs D against the SDE and (attention) the "
+    p = sub.add_parser("escape", help="escape times vs D against the SDE and the "
                        "linear-stability predictions (--dims, --seeds, --paths)",
                        description="Run online SGD at each D of --dims over --seeds, measure "
                        "the escape time from the unspecialized plateau of every run, fit its "
                        "slope in ln D with a 95% interval, and compare with the parameter-free "
                        "prediction of the overlaps' SDE (--paths paths at each D and at the "
-                       "--extrapolate dimensions; no fitted constant) and, for the attention "
-                       "model, with the calibrated tangent-linear prediction along the "
-                       "symmetric trajectory (one fitted offset; not computed for other "
-                       "models, which the report says). Heads are the model's student units "
+                       "--extrapolate dimensions; no fitted constant) and with the "
+                       "tangent-linear prediction along the symmetric trajectory (calibrated: "
+                       "one fitted offset; parameter-free: from the initial perturbation "
+                       "alone). Heads are the model's student units "
                        "(committee: hidden units, alignment R/√Q). Writes escape.json, "
                        "escape.npz, escape.png. See docs/phases.md, docs/sde.md and "
                        "docs/committee.md.")
@@ -68,8 +74,7 @@ def register(sub) -> None:
     p.add_argument("--threshold", type=positive_float, default=ESCAPE_THRESHOLD,
                    help=f"head-spread level of the escape (default {ESCAPE_THRESHOLD})")
     p.add_argument("--n-times", type=positive_int, default=None, dest="n_times",
-                   help=f"save points of the linear-stability integration (default {N_TIMES}; "
-                   "attention model only)")
+                   help=f"save points of the linear-stability integration (default {N_TIMES})")
     p.add_argument("--paths", type=positive_int,
                    help="SDE paths per D (overrides sde.paths)")
     p.add_argument("--extrapolate", type=extrapolate_list,
@@ -102,6 +107,9 @@ def run(args) -> dict:
             if given:
                 raise ConfigError(f"{flag}: sets the linear-stability prediction, which is "
                                   f"not computed for model.kind = {cfg.model_kind!r}")
+    if args.engine_field and cfg.model_kind != "attention":
+        raise ConfigError("--engine-field: chooses the nodes of the attention model's manifold "
+                          f"field; model.kind = {cfg.model_kind!r} uses its own field")
     n_times = N_TIMES if args.n_times is None else args.n_times
     sde = not args.no_sde
     extrapolate = args.extrapolate if sde else []
@@ -174,6 +182,10 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"  calibrated linear stability (offset c' = {report['offset']:.3f} fitted "
                      f"to the measured means): slope {report['slope_predicted']:.3f} "
                      f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'})")
+        pf = report.get("escape_predicted_initial") or []
+        lines.append(f"  parameter-free linear stability (c' = 0, the initial perturbation "
+                     f"alone): slope {_num(report['slope_predicted_initial'])}, escape times "
+                     + ", ".join(_num(x) for x in pf))
     else:
         lines.append(f"  {report['linear_stability_reason']}")
     for i, D in enumerate(report["dims"]):

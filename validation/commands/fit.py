@@ -3,14 +3,13 @@ hyperparameters fitted to an observed risk curve through the ODE or the SDE ense
 
 from __future__ import annotations
 
-import argparse
 import sys
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_int,
-                      replace_out)
+from ._common import (add_config_args, checked, config_from_args, no_repeats, out_dir,
+                      positive_int, replace_out, split_items)
 from ._light import MODELS
 
 if TYPE_CHECKING:
@@ -22,10 +21,7 @@ EXAMPLE = ("headflow fit validation/configs/demo.toml --curve runs/sgd-XXXX/sgd.
 
 
 def _names(text: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated config keys, got {text!r}")
-    return names
+    return no_repeats(tuple(split_items(text, "comma-separated config keys")), text)
 
 
 def register(sub) -> None:

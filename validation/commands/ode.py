@@ -15,13 +15,14 @@ def register(sub) -> None:
                        description="Integrate the order-parameter ODEs (diffrax, float64) from "
                        "[ode] init; writes ode.npz, ode.png, config.toml and meta.json.")
     add_config_args(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, replay=True)     # a repeated run is copied (validation._results)
 
 
 def run(args) -> dict:
     from dynamics.ode import run_ode
 
-    from .._rundir import run_dir
+    from .._results import store
+    from .._rundir import default_out, run_dir
     from ..plots.trajectories import plot_trajectories
 
     cfg = config_from_args(args)
@@ -42,5 +43,7 @@ def run(args) -> dict:
         plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
                           title=f"order-parameter ODE, {describe_model(cfg)}"
                           + (f" ({cfg.ode.form} form)" if cfg.model_kind == "attention" else ""))
-    return {"risk_final": float(arrays["risk"][-1]), "risk_final_err":
-            float(arrays["risk_err"][-1]), "out": str(out)}
+    summary = {"risk_final": float(arrays["risk"][-1]), "risk_final_err":
+               float(arrays["risk_err"][-1]), "out": str(out)}
+    store(args, out, summary, default_out("ode", cfg.to_toml()))
+    return summary

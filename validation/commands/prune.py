@@ -7,8 +7,8 @@ import dataclasses
 import json
 
 from ._common import (activation_list, add_config_args, checked, config_from_args, describe_mode,
-                      MODE_HELP, mode_of, out_dir, positive_float, positive_int, replace_out,
-                      run_logger, sample_count)
+                      MODE_HELP, mode_of, nonneg_int, out_dir, positive_float, positive_int,
+                      replace_out, run_logger, sample_count)
 from ._common import require_attention
 from ._light import CRITERIA, PRUNABLE_TOLERANCE, STATIONARY_Z, known_activations
 
@@ -34,7 +34,7 @@ def register(sub) -> None:
                    help="activations to compare")
     p.add_argument("--criterion", choices=CRITERIA, default="greedy",
                    help="importance criterion for the pruning order")
-    p.add_argument("--random-orders", type=int, default=8,
+    p.add_argument("--random-orders", type=nonneg_int, default=8,
                    help="random removal orders (control); 0 for none")
     p.add_argument("--source", choices=("ode", "sgd"), default="ode",
                    help="trained heads: the long-time ODE state, or SGD weights at --dim "

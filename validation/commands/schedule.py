@@ -7,8 +7,11 @@ import argparse
 import math
 import sys
 
-from ._common import (add_config_args, checked, config_from_args, out_dir, positive_float,
-                      positive_int, replace_out, show_progress)
+from ._common import (add_config_args, checked, config_from_args, in_range, out_dir,
+                      positive_float, positive_int, replace_out, show_progress)
+
+DIM, SEEDS = 2000, 8
+"""Default dimension and seeds of the SGD check (`--dim`, `--seeds`)."""
 
 EXAMPLE = "headflow schedule validation/configs/demo.toml --budget 100 --knots 6"
 """Shown at the end of `--help`."""
@@ -20,7 +23,7 @@ def _lr_range(text: str) -> tuple[float, float]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected LOW,HIGH (two numbers), got {text!r}"
                                          ) from None
-    if not (0 < lo < hi < math.inf):
+    if not (0 < lo < hi < math.inf and in_range(hi)):
         raise argparse.ArgumentTypeError(f"expected 0 < LOW < HIGH, got {text!r}")
     return lo, hi
 
@@ -39,9 +42,10 @@ def register(sub) -> None:
                    "training.t_max)")
     p.add_argument("--knots", type=positive_int, default=6, help="K knots of the schedule "
                    "(log-spaced from T/100 to T; default 6)")
-    p.add_argument("--dim", type=positive_int, default=2000, help="D of the SGD check "
-                   "(default 2000)")
-    p.add_argument("--seeds", type=positive_int, default=8, help="SGD seeds (default 8)")
+    p.add_argument("--dim", type=positive_int, default=None, help="D of the SGD check "
+                   f"(default {DIM}, or sim.dim when given with --set)")
+    p.add_argument("--seeds", type=positive_int, default=None, help=f"SGD seeds (default "
+                   f"{SEEDS}, or sim.seeds when given with --set)")
     p.add_argument("--steps", type=positive_int, default=40,
                    help="Adam steps on the schedule (default 40)")
     p.add_argument("--design-samples", type=positive_int, default=2048, dest="design_samples",
@@ -63,7 +67,12 @@ def run(args) -> dict:
     from ..experiments.schedule import design_schedule
     from ..plots.schedule import plot_schedule
 
+    given = {item.partition("=")[0].strip() for item in args.set}
+    for attr, key, default in (("dim", "sim.dim", DIM), ("seeds", "sim.seeds", SEEDS)):
+        if getattr(args, attr) is None and key not in given:
+            setattr(args, attr, default)
     cfg = config_from_args(args, budget="training.t_max", dim="sim.dim", seeds="sim.seeds")
+    args.dim, args.seeds = cfg.sim.dim, cfg.sim.seeds
     if args.knots < 2:
         raise HeadflowError(f"--knots {args.knots}: need at least 2 knots")
     extra = f"budget={args.budget} knots={args.knots} steps={args.steps} " \

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import diffrax as dfx
@@ -19,18 +20,20 @@ from dynamics.hooks import ode_state, state_risk
 from dynamics.sde import SDEResult, run_sde
 from sims import SGDResult, run_sgd
 
+from ..verdicts import ks_distance, mean_gap, overall, spread_gap, verdict
 from ._constants import THEORIES as THEORIES  # light: shown by `headflow compare --help`
 
-MEAN_Z_MAX = 4.0
-"""The ensemble means of the risk agree when they differ by at most this many combined
-standard errors at every saved time."""
+MEAN_TOLERANCE = 0.5
+"""The ensemble means of the risk agree when, at every saved time, they differ by at most this
+many standard deviations of a run ([`validation.verdicts.mean_gap`][])."""
 
-STD_TOLERANCE = 0.25
-"""The ensemble standard deviations of the risk agree when their ratio (theory/SGD), averaged
-over the saved times t > 0, is within this fraction of one."""
+SPREAD_TOLERANCE = math.log(1.25)
+"""The ensemble spreads of the risk agree when their log ratio, averaged over the saved times, is
+within this (a 25% difference; [`validation.verdicts.spread_gap`][])."""
 
-KS_LEVEL = 0.05
-"""The escape-time distributions agree when the two-sample KS test gives `p ≥ KS_LEVEL`."""
+ESCAPE_TOLERANCE = 0.2
+"""The escape-time distributions agree when their distribution functions differ by at most
+this at every time (the Kolmogorov–Smirnov distance, [`validation.verdicts.ks_distance`][])."""
 
 NEVER_ESCAPED = ("a run that never escapes counts as escaping at +inf: both ensembles are "
                  "observed over the same [0, t_max], so this is the same right-censoring on both "
@@ -201,20 +204,11 @@ def ensemble_moments(a: np.ndarray) -> dict[str, np.ndarray]:
     return {"mean": mean, "mean_se": std / np.sqrt(n), "std": std, "std_se": std_se}
 
 
-def escape_ks(sgd_escapes, theory_escapes) -> tuple[float, float]:
-    """`(statistic, p)` of the two-sample Kolmogorov–Smirnov test (`scipy.stats.ks_2samp`,
-    two-sided) between two ensembles' escape times (None or NaN: never escaped), a run that
-    never escapes counting as +∞ ([`NEVER_ESCAPED`][]). Two ensembles in which no run escapes
-    have the same distribution: statistic 0, p = 1."""
-    from scipy.stats import ks_2samp    # scipy.stats is slow to import
-
-    def censored(e) -> np.ndarray:
-        x = np.asarray([np.nan if v is None else v for v in e], dtype=np.float64)
-        return np.where(np.isfinite(x), x, np.inf)
-
-    a, b = censored(sgd_escapes), censored(theory_escapes)
-    res = ks_2samp(a, b)
-    return float(res.statistic), float(res.pvalue)
+def escape_array(escapes) -> np.ndarray:
+    """Escape times as floats, a run that never escapes (None or NaN) as +∞
+    ([`NEVER_ESCAPED`][])."""
+    x = np.asarray([np.nan if v is None else v for v in escapes], dtype=np.float64)
+    return np.where(np.isnan(x), np.inf, x)
 
 
 def _mean_z_and_std_ratio(t: np.ndarray, sgd: dict, theory: dict
@@ -234,36 +228,47 @@ def _mean_z_and_std_ratio(t: np.ndarray, sgd: dict, theory: dict
 
 
 def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndarray,
-                       sgd_escapes, theory_escapes) -> dict:
-    """The three verdicts of issue 12 on the risk of two ensembles (`(S, T)` and `(N, T)` on
-    the common grid `t`) and their escape times (None/NaN: never escaped):
+                       sgd_escapes, theory_escapes, *, seed: int = 0,
+                       names: tuple[str, str] = ("seeds", "theory runs")) -> dict:
+    """The three verdicts on the risk of two ensembles (`(S, T)` and `(N, T)` on the common grid
+    `t`) and their escape times (None/NaN: never escaped), each
+    [`validation.verdicts.verdict`][] (agree, disagree or not resolved at this size, from a
+    permutation test and a bootstrap bound over seeds and paths):
 
-    - `mean`: the ensemble means differ by at most [`MEAN_Z_MAX`][] combined standard errors
-      `√(se_sgd² + se_theory²)` at every saved time (`z_max`, at `t_z_max`);
-    - `std`: the ratio of the standard deviations (theory/SGD), averaged over the saved times
-      t > 0, is within [`STD_TOLERANCE`][] of one (`ratio_mean`);
-    - `escape`: the two-sample KS test of the escape times gives `p ≥ KS_LEVEL`
-      ([`escape_ks`][]; never-escaped runs as in [`NEVER_ESCAPED`][]).
+    - `mean`: the largest standardized difference of the means over time
+      ([`validation.verdicts.mean_gap`][], tolerance [`MEAN_TOLERANCE`][]; `t_gap`: where);
+    - `std`: the time-averaged log ratio of the standard deviations
+      ([`validation.verdicts.spread_gap`][], tolerance [`SPREAD_TOLERANCE`][]; `ratio`: the
+      ratio theory/SGD it stands for);
+    - `escape`: the Kolmogorov–Smirnov distance of the escape times
+      ([`validation.verdicts.ks_distance`][], tolerance [`ESCAPE_TOLERANCE`][]; never-escaped
+      runs as in [`NEVER_ESCAPED`][]).
 
-    Each has `agree` (None where an ensemble has fewer than two runs, so there is no standard
-    error); `all` is true when every verdict that could be made agrees."""
-    s, th = ensemble_moments(sgd_risk), ensemble_moments(theory_risk)
-    z, ratio = _mean_z_and_std_ratio(t, s, th)
-    small = sgd_risk.shape[0] < 2 or theory_risk.shape[0] < 2
-    k = int(np.nanargmax(z)) if not small else 0
-    mean = {"agree": None if small else bool(z[k] <= MEAN_Z_MAX),
-            "z_max": None if small else float(z[k]), "t_z_max": float(t[k]),
-            "threshold": MEAN_Z_MAX}
-    later = np.asarray(t) > t[0]
-    ratio_mean = float(ratio.mean()) if ratio.size and not small else float("nan")
-    std = {"agree": None if small or not later.any()
-           else bool(abs(ratio_mean - 1.0) <= STD_TOLERANCE),
-           "ratio_mean": ratio_mean, "tolerance": STD_TOLERANCE}
-    stat, p = escape_ks(sgd_escapes, theory_escapes)
-    escape = {"agree": bool(p >= KS_LEVEL), "ks_statistic": stat, "ks_p": p,
-              "level": KS_LEVEL}
-    made = [v["agree"] for v in (mean, std, escape) if v["agree"] is not None]
-    return {"mean": mean, "std": std, "escape": escape, "all": bool(all(made))}
+    `all` is the overall word ([`validation.verdicts.overall`][]); `names` say what the runs of
+    each side are, for the phrase of a verdict not resolved."""
+    a, b = np.asarray(sgd_risk, np.float64), np.asarray(theory_risk, np.float64)
+    mean = verdict(a, b, mean_gap, tolerance=MEAN_TOLERANCE, seed=seed,
+                   names=names).to_dict()
+    if a.shape[0] > 1 and b.shape[0] > 1:
+        sd = np.sqrt((a.var(axis=0, ddof=1) + b.var(axis=0, ddof=1)) / 2)
+        diff = np.abs(a.mean(axis=0) - b.mean(axis=0))
+        gap = np.divide(diff, sd, out=np.where(diff > 0, np.inf, 0.0), where=sd > 0)
+        mean["t_gap"] = float(np.asarray(t)[int(np.argmax(gap))])
+    else:
+        mean["t_gap"] = None
+    std = verdict(a, b, spread_gap, tolerance=SPREAD_TOLERANCE, seed=seed + 1,
+                  names=names).to_dict()
+    if a.shape[0] > 1 and b.shape[0] > 1:
+        va, vb = a.var(axis=0, ddof=1), b.var(axis=0, ddof=1)
+        both = (va > 0) & (vb > 0)
+        std["ratio"] = (float(np.exp(np.mean(0.5 * np.log(vb[both] / va[both]))))
+                        if both.any() else 1.0)
+    else:
+        std["ratio"] = None
+    escape = verdict(escape_array(sgd_escapes), escape_array(theory_escapes), ks_distance,
+                     tolerance=ESCAPE_TOLERANCE, seed=seed + 2, names=names).to_dict()
+    return {"mean": mean, "std": std, "escape": escape,
+            "all": overall([v["word"] for v in (mean, std, escape)])}
 
 
 def ensemble_series(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray],
@@ -335,9 +340,10 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
                      "sgd_quantiles": escape_quantiles(esc_sgd),
                      "theory_quantiles": escape_quantiles(esc_th),
                      "never_escaped": NEVER_ESCAPED}
-    rep["verdicts"] = agreement_verdicts(t, sgd["risk"], theory["risk"], esc_sgd, esc_th)
-    rep["escape"]["ks_statistic"] = rep["verdicts"]["escape"]["ks_statistic"]
-    rep["escape"]["ks_p"] = rep["verdicts"]["escape"]["ks_p"]
+    rep["verdicts"] = agreement_verdicts(
+        t, sgd["risk"], theory["risk"], esc_sgd, esc_th,
+        names=("seeds", "paths" if theory_name == "sde" else "ODEs"))
+    rep["escape"]["ks_distance"] = rep["verdicts"]["escape"]["statistic"]
     rep["ensemble"] = {n: _summary(series, n) for n in ("risk",) + layout.names}
     return rep
 
@@ -411,6 +417,12 @@ def _explain_seeds(sgd: SGDResult, ys, result, times: np.ndarray, integrator: In
             raise type(failed)(f"seed {sgd.seeds[i]}: {failed}") from None
 
 
+def ode_from_seed_mean(cfg: Config, sgd: SGDResult, *, progress: bool = False) -> ODEResult:
+    """The D → ∞ theory of an SGD run: [`dynamics.ode.run_ode`][] from the seed mean of the
+    measured initial overlaps ([`seed_mean_initial`][]), on the SGD save grid."""
+    return run_ode(cfg, seed_mean_initial(sgd), np.asarray(sgd.t), progress=progress)
+
+
 def run_sde_checked(cfg: Config, dim: int, paths: int | None, *, progress: bool = False
                     ) -> SDEResult:
     """[`dynamics.sde.run_sde`][] at `dim`; a one-line [`dynamics.DivergenceError`][] when a
@@ -448,7 +460,7 @@ def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     layout = cfg.build_model().layout
     sgd = run_sgd(cfg, dim=dim, seeds=seeds, progress=progress)
     if theory == "ode":
-        ode = run_ode(cfg, seed_mean_initial(sgd), np.asarray(sgd.t), progress=progress)
+        ode = ode_from_seed_mean(cfg, sgd, progress=progress)
         report = {"theory": "ode", **agreement_report(sgd.arrays(), ode.arrays(), dim=sgd.dim,
                                                       seeds=len(sgd.seeds), layout=layout)}
         report.update(_ode_settings(cfg))

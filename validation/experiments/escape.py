@@ -27,8 +27,8 @@ against the linear-stability prediction of [`dynamics.analysis`][].
 Any model of the family runs through it: "heads" are its student units and the alignment is
 read off the two arrays its [`dynamics.Layout`][] names (`(R, Q)` for the committee machine,
 `docs/committee.md`). The linear-stability prediction is written for the attention model's
-heads only ([`linear_theory_reason`][]); for another model the report says so and gives the
-measured and SDE escape times.
+heads and for the student units of a model of the family (`docs/committee.md`); both through
+[`dynamics.analysis.linear_stability`][] on the modes of [`dynamics.analysis.default_modes`][].
 
 Decisions and their reasons: `docs/phases.md`.
 """
@@ -46,7 +46,7 @@ from dynamics import analysis as stab
 from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
                                persistent_crossing)
 from dynamics.models.attention import symmetric_start
-from dynamics.ode import BLOWUP, Integrator, backend_of, model_arrays
+from dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
 from sims import simulate_states
 
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
@@ -66,7 +66,7 @@ STAT_QUANTILES = (0.1, 0.5, 0.9)
 
 @dataclasses.dataclass
 class LinearTheory:
-    """The linear-stability side: the [`dynamics.stability.StabilityResult`][], the per-draw
+    """The linear-stability side: the [`dynamics.analysis.StabilityResult`][], the per-draw
     log linear spread `log_spread (n, T)` at D = 1, and its median `median_log (T)`."""
 
     result: stab.StabilityResult
@@ -129,14 +129,14 @@ def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
 
 def linear_theory_reason(cfg: Config) -> str | None:
     """Why the linear-stability prediction is not computed for `cfg` (None: it is). It is
-    written for the attention model: [`dynamics.analysis`][] linearizes the attention field
-    about the head-symmetric trajectory in the head-difference modes
-    ([`dynamics.analysis.HeadModes`][]) of the `Overlaps` state; no other model has them yet."""
-    if cfg.model_kind == "attention":
+    computed for the attention model (head-difference modes, [`dynamics.analysis.HeadModes`][])
+    and for every model of the family with at least two student units (unit-difference modes,
+    [`dynamics.analysis.UnitModes`][])."""
+    model = cfg.build_model()
+    if cfg.model_kind == "attention" or getattr(model, "n_students", 0) >= 2:
         return None
-    return (f"the linear-stability prediction is not computed for model.kind = "
-            f"{cfg.model_kind!r} (dynamics.analysis linearizes the attention model's head "
-            "differences only); the SDE prediction is")
+    return (f"the linear-stability prediction needs at least two interchangeable units "
+            f"(model.kind = {cfg.model_kind!r}); the SDE prediction is computed")
 
 
 def linear_theory(cfg: Config, *, t_max: float | None = None, n_times: int = 121,
@@ -146,17 +146,21 @@ def linear_theory(cfg: Config, *, t_max: float | None = None, n_times: int = 121
     `[0, t_max]` (default `training.t_max`) and the linear spread of `draws` random starts."""
     model = cfg.build_model()
     tr, o = cfg.training, cfg.ode
-    field = manifold_field(cfg, model, equivariant=equivariant)
-    modes = stab.HeadModes.build(model)
-    ov0 = symmetric_start(model, key_std=tr.init_key_std, value_std=tr.init_value_std,
-                          bias=tr.init_bias)
-    ts = np.linspace(0.0, tr.t_max if t_max is None else t_max, n_times)
+    modes = stab.default_modes(model)
+    if cfg.model_kind == "attention":
+        field = manifold_field(cfg, model, equivariant=equivariant)
+        init = {"key_std": tr.init_key_std, "value_std": tr.init_value_std, "bias": tr.init_bias}
+        ov0 = symmetric_start(model, **init)
+    else:
+        # the model's own field (closed forms where they exist: exactly unit-equivariant) from
+        # the D → ∞ start
+        field, init, ov0 = build_field(cfg, model), {}, model.limit_state()
+    t_end = tr.t_max if t_max is None else t_max
+    ts = np.linspace(0.0, t_end, n_times)
     integrator = Integrator.from_config(o, rtol=min(o.rtol, 1e-6), atol=min(o.atol, 1e-8),
                                         blowup=None)
     res = stab.linear_stability(field, ov0, ts, modes=modes, integrator=integrator)
-    coef = stab.initial_contrasts(model, jr.key(seed), modes, n=draws, dim=DRAW_DIM,
-                                  key_std=tr.init_key_std, value_std=tr.init_value_std,
-                                  bias=tr.init_bias)
+    coef = stab.initial_contrasts(model, jr.key(seed), modes, n=draws, dim=DRAW_DIM, **init)
     spread = stab.linear_spread(res, modes, coef)
     with np.errstate(divide="ignore"):
         logs = np.log(np.maximum(spread, 1e-300))
@@ -433,11 +437,21 @@ def _linear_prediction(theory: LinearTheory, dims: list[int], times: np.ndarray,
               "log_growth": log_growth, "finite_time_rate": res.finite_time_rate(),
               "median_log_spread": theory.median_log,
               "eigenvector": np.asarray(res.eigenvector),
-              "symmetric_m": np.asarray(res.symmetric.m[:, 0]),
-              "symmetric_q": np.asarray(res.symmetric.q[:, :2, :2]),
+              **_symmetric_arrays(res.symmetric),
               "predicted": pred, "predicted_initial": pred0,
               "draw_escape_initial": theory.draw_escape_times(dims)}
     return report, arrays
+
+
+def _symmetric_arrays(sym) -> dict[str, np.ndarray]:
+    """The symmetric trajectory in `escape.npz`: the attention model's `symmetric_m` (first
+    head) and `symmetric_q` (first two heads); a family model's `symmetric_gram` (the Gram
+    matrix, every student alike) and `symmetric_<param>` for each of its parameters."""
+    if hasattr(sym, "m"):
+        return {"symmetric_m": np.asarray(sym.m[:, 0]),
+                "symmetric_q": np.asarray(sym.q[:, :2, :2])}
+    return {"symmetric_gram": np.asarray(sym.gram),
+            **{f"symmetric_{k}": np.asarray(v) for k, v in sym.params.items()}}
 
 
 LINEAR_KEYS = ("lambda", "slope_predicted", "agrees", "agrees_reason", "slope_predicted_initial",
@@ -456,9 +470,9 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     of `extrapolate` ([`sde_escape_times`][], [`sde_report`][]).
 
     Any model of the family: the escape is read off the alignment arrays of its
-    [`dynamics.Layout`][]. The linear-stability prediction is computed for the attention model
-    only ([`linear_theory_reason`][]); otherwise its keys ([`LINEAR_KEYS`][]) are None,
-    `linear_stability` is false and `linear_stability_reason` says why.
+    [`dynamics.Layout`][]. Where the linear-stability prediction is not computed
+    ([`linear_theory_reason`][]) its keys ([`LINEAR_KEYS`][]) are None, `linear_stability` is
+    false and `linear_stability_reason` says why.
 
     **Returns:** `(report, arrays)`: the report (JSON-able: `lambda`, `slope_predicted`,
     `slope_measured`, `slope_ci`, the SDE keys of [`sde_report`][], and details) and the
@@ -546,6 +560,51 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
 
 
 __all__ = ["LinearTheory", "linear_theory", "linear_theory_reason", "LINEAR_KEYS",
+           "escape_distributions", "KS_TOLERANCE", "SPREAD_TOLERANCE",
            "sgd_escape_times", "fit_slope", "calibrate_offset", "predicted_slope",
            "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report", "escape_study",
            "EXTRAPOLATE", "STAT_QUANTILES"]
+
+
+KS_TOLERANCE = 0.3
+"""The KS distance between two escape-time laws that still counts as agreement in
+[`escape_distributions`][]."""
+
+SPREAD_TOLERANCE = float(np.log(1.25))
+"""The `|log|` ratio of two escape-time standard deviations that still counts as agreement
+(25%) in [`escape_distributions`][]."""
+
+
+def escape_distributions(cfg: Config, dim: int, runs: int, *,
+                         threshold: float = ESCAPE_THRESHOLD, progress: bool = False) -> dict:
+    """The escape-time distribution from the plateau at one `dim`: `runs` SDE paths, `runs`
+    weight-space and `runs` overlap-space SGD seeds (to `training.t_max`), and the verdicts
+    ([`validation.verdicts.verdict`][]) of the SDE against each SGD ensemble and of the two SGD
+    ensembles against each other, on the KS distance (tolerance [`KS_TOLERANCE`][]) and on the
+    spread (tolerance [`SPREAD_TOLERANCE`][]). A path or run that does not escape counts as
+    `+∞` in the KS distance; the spread is that of the runs that escaped.
+
+    **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of `runs`, NaN where censored),
+    `stats` (per ensemble, [`escape_stats`][]) and `verdicts` (per pair, per statistic, the
+    [`validation.verdicts.Verdict`][] as a dict) with `overall`."""
+    from ..verdicts import ks_distance, overall, spread_gap, verdict
+
+    times = {"sde": sde_escape_times(cfg, [dim], runs, threshold=threshold,
+                                     progress=progress).times[0]}
+    for k, space in enumerate(("weights", "overlaps")):
+        # independent starts: the two spaces draw a seed's start from the same weights
+        c = cfg.replace(**{"sim.space": space, "sim.seed": cfg.sim.seed + k * runs})
+        times[space] = sgd_escape_times(c, [dim], runs, threshold=threshold,
+                                        progress=progress)[0][0]
+    verdicts: dict = {}
+    words = []
+    for a, b in (("sde", "weights"), ("sde", "overlaps"), ("weights", "overlaps")):
+        ea, eb = times[a], times[b]
+        ks = verdict(ea, eb, ks_distance, tolerance=KS_TOLERANCE)
+        sp = verdict(ea[np.isfinite(ea)], eb[np.isfinite(eb)], spread_gap,
+                     tolerance=SPREAD_TOLERANCE)
+        verdicts[f"{a}_vs_{b}"] = {"ks": ks.to_dict(), "spread": sp.to_dict()}
+        words += [ks.word, sp.word]
+    return {"dim": int(dim), "runs": int(runs),
+            "times": times, "stats": {k: escape_stats(v) for k, v in times.items()},
+            "verdicts": verdicts, "overall": overall(words)}

@@ -16,7 +16,7 @@ about their seed mean, `∝ D^{-1/2}` by construction and no test of the dynamic
 
 Before the escape a single run is `Ω_i = Ω_ODE + ξ_i/√D + O(1/D)` with `ξ_i` of order one (the
 random start, then the noise of every step), so `δ ∝ D^{-1/2}` at leading order. The slope of
-`ln δ` on `ln D` is fitted by [`linear_fit`][validation.experiments._fit.linear_fit]; the claim is
+`ln δ` on `ln D` is fitted by `linear_fit`; the claim is
 reproduced when `−1/2` lies inside its 95% interval. Diagnostics, not the verdict: the split
 `δ² = bias² + spread²` into the seed mean's distance from the ODE (`bias`, whose noise level is
 `spread/√seeds`) and the spread of the runs about their seed mean, and the RMS relative deviation
@@ -92,7 +92,7 @@ def deviation(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], t_window: 
 
 
 def loglog_fit(dims: Sequence[int], values: Sequence[float], level: float = 0.95) -> dict:
-    """[`linear_fit`][validation.experiments._fit.linear_fit] of `ln values` on `ln dims`."""
+    """`linear_fit` of `ln values` on `ln dims`."""
     return linear_fit(np.log(np.asarray(dims, dtype=np.float64)),
                       np.log(np.asarray(values, dtype=np.float64)), level)
 
@@ -104,7 +104,7 @@ def scaling_report(dims: Sequence[int], runs: Sequence[tuple[dict, dict, dict]],
     ([`deviation`][]), the log-log fits of `δ` (the verdict) and of the diagnostics, and the
     verdict `reproduced` (`−1/2` inside the interval of `δ`'s slope); and, as a diagnostic,
     `law`: the check of `δ ∝ D^{−1/2}` against the seed-bootstrap errors of `δ`
-    ([`law_check`][validation.experiments._fit.law_check] on `ln δ`, errors `δ_se/δ`). With few
+    (`law_check` on `ln δ`, errors `δ_se/δ`). With few
     D the OLS interval rests on the scatter of a few points, which can be smaller than their
     errors; the check uses the errors. `names`: the order parameters of `δ` (a model's
     `layout.names`), reported as `order_parameters`."""

@@ -44,9 +44,15 @@ def parse_grid(items: list[str], cfg: Config) -> list[tuple[str, list]]:
         key = key.strip()
         if not eq or "." not in key or not text.strip():
             raise ConfigError(f"--grid {item}: expected section.key=v1,v2,...")
-        values = [parse_value(v.strip()) for v in _split_values(text)]
-        if not values:
+        parts = _split_values(text)
+        if not any(v.strip() for v in parts):
             raise ConfigError(f"--grid {item}: no values; expected section.key=v1,v2,...")
+        if not all(v.strip() for v in parts):
+            raise ConfigError(f"--grid {item}: an empty value; expected section.key=v1,v2,...")
+        values = [parse_value(v.strip()) for v in parts]
+        repeated = [v for i, v in enumerate(values) if v in values[:i]]
+        if repeated:
+            raise ConfigError(f"--grid {item}: {repeated[0]!r} is repeated")
         if any(k == key for k, _ in out):
             raise ConfigError(f"--grid {key}: given twice")
         for v in values:
@@ -69,7 +75,7 @@ def _split_values(text: str) -> list[str]:
         else:
             cur += ch
     parts.append(cur)
-    return [p for p in parts if p.strip()]
+    return parts
 
 
 @dataclasses.dataclass

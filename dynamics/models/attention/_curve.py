@@ -129,7 +129,8 @@ class LearningCurve(eqx.Module):
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
                     checkpoints: int | None = 4096, times=None) -> LearningCurve:
         """**Arguments:** `cfg` (its `[model]`, `[prior]`, `[training]`, `[ode]` and the
-        `[output]` grid, or `times`), `adjoint` (one of [`ADJOINTS`][]), `checkpoints` (of the
+        `[output]` grid, or `times`), `adjoint` (one of [`ADJOINTS`][dynamics.ode.ADJOINTS]),
+        `checkpoints` (of the
         recursive adjoint: with at least as many as the solver takes steps, nothing is
         recomputed; None: diffrax's `log(max_steps)`). The blow-up event of the integrator is
         kept for the recursive adjoint and dropped for backsolve (which cannot take events)."""

@@ -123,7 +123,7 @@ class FullField(AbstractField):
     - `db_h/dt = −η_b E[∂ℓ/∂b_h]`
 
     The value fields, the teacher's value field and the label noise are integrated out exactly
-    given the key fields ([`value_integrated_terms`][]), so the nodes span only θ and the key
+    given the key fields (`value_integrated_terms`), so the nodes span only θ and the key
     fields, `L(H + F)` dimensions: the same as the manifold form, against `L(2H + F + 1) + 1`
     for [`SampledFullField`][], with a smaller error at the same number of nodes.
     """

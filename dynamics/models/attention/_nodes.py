@@ -58,7 +58,7 @@ def node_group(model: Model, dim: int, *, values: bool, features: bool = True,
 def key_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
               max_group: int = MAX_GROUP) -> AbstractNodes:
     """Nodes over the key fields (dimension `key_dims(model)`), closed under
-    [`node_group`][]."""
+    `node_group`."""
     dim = key_dims(model)
     return backend.closed_nodes(dim, *node_group(model, dim, values=False, features=features,
                                                  max_group=max_group))
@@ -72,7 +72,7 @@ def full_dims(model: Model) -> int:
 
 def full_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
                max_group: int = MAX_GROUP) -> AbstractNodes:
-    """Nodes over all fields (dimension `full_dims(model)`), closed under [`node_group`][]
+    """Nodes over all fields (dimension `full_dims(model)`), closed under `node_group`
     (heads permute `g⊥` and the value normals together)."""
     dim = full_dims(model)
     return backend.closed_nodes(dim, *node_group(model, dim, values=True, features=features,

@@ -1,0 +1,170 @@
+"""Benchmark of the committee machine's ODE. Prints three ratios measured in one run:
+
+(a) `headflow sweep` of a grid of (η, σ) points (default 8 × 8 = 64; K = 4, M = 2, erf, to
+    t = 1000), end to end in a fresh process, against the same points integrated one after the
+    other by a lean closed-form numpy + `scipy.integrate.solve_ivp` code
+    (`_scipy_committee.py`, no headflow code), also end to end in a fresh process, at the same
+    tolerances (rtol 1e-6, atol 1e-8); the final ε_g of both, and of a DOP853 run at rtol 1e-11,
+    are compared (target: sweep ≥ 5× faster);
+(b) one `headflow ode` run end to end (fresh process, start-up included) against one SciPy run
+    end to end (fresh process) (target: within 3×);
+(c) the ODE run against the weight-space SGD it predicts at D = 10⁴, one seed; the SGD is timed
+    (compiled) over `--sgd-t` and its cost scaled linearly in the number of steps to t = 1000
+    (the cost of an SGD step does not depend on t) (target: ≥ 100× cheaper).
+
+Each `headflow` command runs twice: with an empty compilation cache ("cold") and again with the
+cache it left ("warm"). Usage: `python benchmarks/bench_committee.py [--n-lr 8] [--n-noise 8]
+[--sgd-t 20] [--skip-sgd] [--check-every 8]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+CONFIG = """[model]
+kind = "committee"
+K = 4
+M = 2
+activation = "erf"
+noise = 0.1
+[training]
+lr = 0.5
+t_max = 1000.0
+[sim]
+dim = 1000
+[ode]
+rtol = 1e-6
+atol = 1e-8
+[output]
+n_save = 101
+"""
+
+
+def _run(cmd: list[str], env: dict) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
+    return wall, p.stdout
+
+
+def _headflow(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "validation", *args]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n-lr", type=int, default=8)
+    p.add_argument("--n-noise", type=int, default=8)
+    p.add_argument("--sgd-t", type=float, default=20.0)
+    p.add_argument("--sgd-dim", type=int, default=10000)
+    p.add_argument("--skip-sgd", action="store_true")
+    p.add_argument("--check-every", type=int, default=8,
+                   help="compare every n-th point with a tight DOP853 run (default 8)")
+    args = p.parse_args()
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import dynamics as d
+    from dynamics.ode import build
+
+    sys.path.insert(0, str(HERE))
+    import _scipy_committee as sc
+
+    work = Path(tempfile.mkdtemp(prefix="bench_committee_"))
+    cfg_path = work / "k4.toml"
+    cfg_path.write_text(CONFIG)
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "HEADFLOW_CACHE_DIR": str(work / "cache")}
+    lrs = np.round(np.linspace(0.2, 1.6, args.n_lr), 4).tolist()
+    noises = np.round(np.linspace(0.0, 0.5, args.n_noise), 4).tolist()
+    n = len(lrs) * len(noises)
+
+    # the start every run shares ([ode] init = "random" at sim.dim, seed 0)
+    cfg = d.load_config(str(cfg_path), [])
+    prob = build(cfg)
+    named = {k: np.asarray(v) for k, v in prob.model.named(prob.start).items()}
+    start = work / "start.npz"
+    np.savez(start, **named)
+
+    # (a) the sweep against the SciPy loop
+    grid = ["--grid", "training.lr=" + ",".join(map(str, lrs)),
+            "--grid", "model.noise=" + ",".join(map(str, noises))]
+    sweep_s = {}
+    for run in ("cold", "warm"):
+        out = work / f"sweep_{run}"
+        sweep_s[run], _ = _run(_headflow(["sweep", str(cfg_path), *grid, "--out", str(out)]),
+                               env)
+    risk = np.load(work / "sweep_warm" / "sweep.npz")["risk"][:, -1]
+    scipy_out = work / "scipy.npz"
+    scipy_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
+                       "--lr", *map(str, lrs), "--noise", *map(str, noises),
+                       "--out", str(scipy_out)], env)
+    ref = np.load(scipy_out)["eps"]
+    # the accuracy of both against a tight DOP853 run, on every `--check-every`-th point
+    pts = [(lr, s) for lr in lrs for s in noises][::args.check_every]
+    idx = np.arange(n)[::args.check_every]
+    tight = np.array([sc.integrate(named["Q"], named["R"], named["T"], named["v"], named["A"],
+                                   lr=lr, noise=s, t_max=1000.0, rtol=1e-11, atol=1e-13,
+                                   method="DOP853")[0] for lr, s in pts])
+    print(f"config: K = 4, M = 2, erf, t = 1000, {n} points (η {lrs[0]}..{lrs[-1]}, "
+          f"σ {noises[0]}..{noises[-1]}), rtol 1e-6, atol 1e-8", flush=True)
+    print(f"final ε_g: sweep vs SciPy max |Δ| {np.max(np.abs(risk - ref)):.2e} over {n} points "
+          f"(ε_g from {ref.min():.3g} to {ref.max():.3g}); vs DOP853 at rtol 1e-11 on "
+          f"{len(idx)} points: sweep {np.max(np.abs(risk[idx] - tight)):.2e}, SciPy "
+          f"{np.max(np.abs(ref[idx] - tight)):.2e}", flush=True)
+    print(f"(a) headflow sweep, {n} points, end to end: {sweep_s['cold']:.1f} s cold cache, "
+          f"{sweep_s['warm']:.1f} s warm; {n} SciPy runs end to end {scipy_s:.1f} s; ratio "
+          f"SciPy/sweep {scipy_s / sweep_s['cold']:.2f} cold, {scipy_s / sweep_s['warm']:.2f} "
+          "warm (target ≥ 5)", flush=True)
+
+    # (b) one run each, fresh processes
+    ode_s = {}
+    for run in ("cold", "warm"):
+        if run == "cold":
+            env_b = {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_b")}
+        ode_s[run], _ = _run(_headflow(["ode", str(cfg_path), "--out", str(work / f"ode_{run}")]),
+                             env_b)
+    one_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
+                     "--lr", "0.5", "--noise", "0.1"], env)
+    print(f"(b) headflow ode end to end {ode_s['cold']:.1f} s cold, {ode_s['warm']:.1f} s warm; "
+          f"one SciPy run end to end {one_s:.2f} s; ratio {ode_s['cold'] / one_s:.1f} cold, "
+          f"{ode_s['warm'] / one_s:.1f} warm (target ≤ 3)", flush=True)
+
+    # (c) the ODE against weight-space SGD at D = 10⁴
+    if args.skip_sgd:
+        return
+    import jax.numpy as jnp
+    from sims import run_sgd
+
+    c = cfg.replace(**{"sim.dim": args.sgd_dim, "training.t_max": args.sgd_t,
+                       "sim.seeds": 1})
+    times = np.array([0.0, args.sgd_t])
+    run_sgd(c, times=np.array([0.0, args.sgd_t / 1000]))           # compile
+    t0 = time.perf_counter()
+    r = run_sgd(c, times=times)
+    jax.block_until_ready(jnp.asarray(r.risk))
+    sgd_s = time.perf_counter() - t0
+    steps = int(args.sgd_t * args.sgd_dim)
+    full = sgd_s * 1000.0 / args.sgd_t
+    print(f"(c) weight-space SGD at D = {args.sgd_dim}, 1 seed: {steps} steps in {sgd_s:.1f} s "
+          f"({1e6 * sgd_s / steps:.1f} µs per step), {full:.0f} s scaled to t = 1000 "
+          f"({int(1000 * args.sgd_dim)} steps); ratio SGD/ODE end to end {full / ode_s['cold']:.0f}"
+          f" cold, {full / ode_s['warm']:.0f} warm (target ≥ 100)")
+
+
+if __name__ == "__main__":
+    main()

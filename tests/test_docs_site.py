@@ -1,0 +1,59 @@
+"""The API reference of the documentation site (`mkdocs.yml`, `docs/api/`) covers the public
+modules: every module or package of `dynamics`, `sims`, `validation.experiments` and
+`validation.gpt2` whose name has no leading underscore is rendered by a `::: module` line, so a
+module added without its reference fails here. (`.ci/run` builds the site itself with
+`mkdocs build --strict`, which fails on an unresolved cross-reference or a page left out.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Packages whose public submodules (one level down) the reference must render.
+PACKAGES = ["dynamics", "dynamics.models", "sims", "validation", "validation.experiments",
+            "validation.gpt2"]
+# Public modules that are not library API: the command line and its plots (documented in the
+# README and by `headflow COMMAND --help`) and the shipped configs.
+NOT_API = {"validation.cli", "validation.commands", "validation.plots", "validation.configs",
+           "validation.gpt2.cli"}
+
+
+def public_submodules(package: str) -> set[str]:
+    folder = ROOT.joinpath(*package.split("."))
+    names = set()
+    for path in folder.iterdir():
+        if path.name.startswith(("_", ".")):
+            continue
+        if path.suffix == ".py":
+            names.add(f"{package}.{path.stem}")
+        elif (path / "__init__.py").exists():
+            names.add(f"{package}.{path.name}")
+    return names
+
+
+def rendered() -> set[str]:
+    lines = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "api").glob("*.md"))
+    return set(re.findall(r"^::: ([\w.]+)\s*$", lines, flags=re.M))
+
+
+def test_reference_renders_every_public_module():
+    expected = set().union(*(public_submodules(p) for p in PACKAGES)) - NOT_API
+    documented = rendered()
+    documented_packages = {name for name in documented if name in PACKAGES}
+    missing = sorted(expected - documented - documented_packages)
+    assert not missing, f"public modules missing from docs/api/*.md: {missing}"
+    stale = sorted(name for name in documented
+                   if not (ROOT.joinpath(*name.split(".")).with_suffix(".py").exists()
+                           or ROOT.joinpath(*name.split("."), "__init__.py").exists()))
+    assert not stale, f"docs/api/*.md renders modules that do not exist: {stale}"
+
+
+def test_site_config_points_at_the_reference_and_notebooks():
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in sorted((ROOT / "docs" / "api").glob("*.md")):
+        assert f"api/{page.name}" in config, page.name
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        assert f"notebooks/{notebook.name}" in config, notebook.name
+    assert (ROOT / "docs" / "notebooks").resolve() == (ROOT / "notebooks").resolve()
