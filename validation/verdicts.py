@@ -4,19 +4,29 @@ not resolved at their size.
 A verdict compares two samples of runs `a` (`n_a` runs) and `b` (`n_b` runs) through a
 *discrepancy*: a statistic `statistic(a, b) ≥ 0` that is zero when the two ensembles are equal
 and measures how far apart they are in the unit its `tolerance` is stated in
-([`mean_gap`][], [`spread_gap`][], [`ks_distance`][]). [`verdict`][] decides between
+([`mean_gap`][], [`spread_gap`][], [`ks_distance`][]). The question a verdict answers is
+whether the two ensembles differ by more than the tolerance (an equivalence test): a theory
+that is an approximation differs from the simulation by *something*, and with enough runs any
+difference is detected, so "detected" alone cannot be the verdict. [`verdict`][] decides
+between
 
 - **disagree**: the exchangeability of the runs (same law on both sides) is rejected at level
-  `level` by a permutation test of the statistic: the runs are pooled and split at random
-  `resamples` times, and `p = (1 + #{permuted statistic ≥ observed}) / (1 + resamples)`. This
-  p-value is valid for any statistic and any sample size, so two ensembles of the same law are
-  called different with probability at most `level`;
-- **agree**: not disagree, and the upper `1 − level` bootstrap bound of the discrepancy
-  (each side resampled with replacement, `resamples` times) is at most `tolerance`;
-- **not resolved**: neither. The bound shrinks like `1/√n`, so the sizes that would resolve it
-  are about `(scale/tolerance)²` times the present ones (`needs`), `scale` being the larger of
-  the bound and `1 + z` standard deviations of the bootstrap distribution (`z` the one-sided
-  normal quantile of `level`), which guards against the optimistic bootstrap of small samples.
+  `level` by a permutation test of the statistic (the runs are pooled and split at random
+  `resamples` times, `p = (1 + #{permuted statistic ≥ observed}) / (1 + resamples)`), *and*
+  the lower `level` bootstrap bound of the discrepancy (each side resampled with replacement,
+  `resamples` times) exceeds `tolerance`. The permutation p-value is valid for any statistic
+  and any sample size, so two ensembles of the same law are called different with probability
+  at most `level`;
+- **agree**: the upper `1 − level` bootstrap bound of the discrepancy is at most `tolerance`.
+  When the permutation test also rejects the same law, the verdict says so: a difference is
+  detected, smaller than the tolerance ([`Verdict.detected`][]);
+- **not resolved**: neither. The interval shrinks like `1/√n`. With no difference detected the
+  sizes that would resolve it are about `(scale/tolerance)²` times the present ones (`needs`),
+  `scale` being the larger of the bound and `1 + z` standard deviations of the bootstrap
+  distribution (`z` the one-sided normal quantile of `level`), which guards against the
+  optimistic bootstrap of small samples. With a difference detected they are about
+  `(half-width / |statistic − tolerance|)²` times the present ones: the interval must shrink
+  to the side of the tolerance the discrepancy lies on.
 """
 
 from __future__ import annotations
@@ -56,6 +66,8 @@ class Verdict:
     """The observed discrepancy (NaN with fewer than two runs on a side)."""
     upper: float
     """Its upper `1 − level` bootstrap bound (NaN with fewer than two runs on a side)."""
+    lower: float
+    """Its lower `level` bootstrap bound (NaN with fewer than two runs on a side)."""
     p: float
     """The permutation p-value of the same law on both sides."""
     tolerance: float
@@ -73,8 +85,17 @@ class Verdict:
         """True (agree), False (disagree) or None (not resolved)."""
         return {AGREE: True, DISAGREE: False}.get(self.word)
 
+    @property
+    def detected(self) -> bool:
+        """Whether the permutation test rejects the same law on both sides (at `level`): for
+        an agreement, a difference smaller than the tolerance is resolved."""
+        return bool(self.p < self.level)
+
     def phrase(self) -> str:
         """The verdict in words, with the sizes that would resolve it."""
+        if self.word == AGREE and self.detected:
+            return (f"{AGREE} within the tolerance (a smaller difference is detected, "
+                    f"p = {self.p:.2g})")
         if self.word != NOT_RESOLVED:
             return self.word
         if self.needs is None:
@@ -109,8 +130,8 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     na, nb = a.shape[0], b.shape[0]
     if na < 2 or nb < 2:
-        return Verdict(NOT_RESOLVED, math.nan, math.nan, math.nan, tolerance, level, (na, nb),
-                       None, names)
+        return Verdict(NOT_RESOLVED, math.nan, math.nan, math.nan, math.nan, tolerance, level,
+                       (na, nb), None, names)
     observed = float(statistic(a[None], b[None])[0])
     rng = np.random.default_rng(seed)
     pooled = np.concatenate([a, b])
@@ -121,19 +142,31 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
         perm.append(statistic(pooled[idx[:, :na]], pooled[idx[:, na:]]))
         boot.append(statistic(a[rng.integers(0, na, (r, na))], b[rng.integers(0, nb, (r, nb))]))
     p = (1 + int(np.sum(np.concatenate(perm) >= observed))) / (1 + resamples)
-    upper = float(np.quantile(np.concatenate(boot), 1 - level))
-    if p < level:
-        return Verdict(DISAGREE, observed, upper, p, tolerance, level, (na, nb), None, names)
+    boot_all = np.concatenate(boot)
+    upper = float(np.quantile(boot_all, 1 - level))
+    lower = float(np.quantile(boot_all, level))
+
+    def result(word: str, needs: tuple[int, int] | None = None) -> Verdict:
+        return Verdict(word, observed, upper, lower, p, tolerance, level, (na, nb), needs,
+                       names)
+
+    if p < level and lower > tolerance:
+        return result(DISAGREE)
     if upper <= tolerance:
-        return Verdict(AGREE, observed, upper, p, tolerance, level, (na, nb), None, names)
-    # the bound shrinks like 1/√n; below ~30 runs the bootstrap's quantile is too optimistic,
-    # so the scale is the larger of the bound and (1 + z) bootstrap standard deviations (the
-    # typical size of a null discrepancy plus the one-sided z of the level)
-    z = statistics.NormalDist().inv_cdf(1 - level)
-    scale = max(upper, (1 + z) * float(np.std(np.concatenate(boot), ddof=1)))
-    k = (scale / tolerance) ** 2
-    return Verdict(NOT_RESOLVED, observed, upper, p, tolerance, level, (na, nb),
-                   (math.ceil(k * na), math.ceil(k * nb)), names)
+        return result(AGREE)
+    if p < level:
+        # a difference is detected and the interval straddles the tolerance: it must shrink
+        # to the side the statistic lies on
+        k = ((upper - lower) / 2 / max(abs(observed - tolerance), 1e-3 * tolerance)) ** 2
+    else:
+        # the bound shrinks like 1/√n; below ~30 runs the bootstrap's quantile is too
+        # optimistic, so the scale is the larger of the bound and (1 + z) bootstrap standard
+        # deviations (the typical size of a null discrepancy plus the one-sided z of the level)
+        z = statistics.NormalDist().inv_cdf(1 - level)
+        scale = max(upper, (1 + z) * float(np.std(boot_all, ddof=1)))
+        k = (scale / tolerance) ** 2
+    k = max(k, 1.0)
+    return result(NOT_RESOLVED, (math.ceil(k * na), math.ceil(k * nb)))
 
 
 def overall(words: Sequence[str]) -> str:

@@ -66,11 +66,12 @@ def describe(report: dict) -> str:
 
 
 def _why(v: dict) -> str:
-    """The numbers behind one verdict: its bound against the tolerance and the p-value."""
+    """The numbers behind one verdict: its confidence interval against the tolerance and the
+    p-value of the same law."""
     if v["needs"] is None and v["word"] == "not resolved":
         return "fewer than two runs on a side"
-    return (f"{100 * (1 - v['level']):.0f}% bound {v['upper']:.3g} vs tolerance "
-            f"{v['tolerance']:.3g}, same-law p = {v['p']:.3g}")
+    return (f"{100 * (1 - 2 * v['level']):.0f}% interval [{v['lower']:.3g}, {v['upper']:.3g}] "
+            f"vs tolerance {v['tolerance']:.3g}, same-law p = {v['p']:.3g}")
 
 
 def verdict_lines(report: dict) -> list[str]:
