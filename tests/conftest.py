@@ -120,9 +120,8 @@ _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_r
 # `@pytest.mark.quick` where it stands). The full suite (`.ci/run`) runs everything.
 QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "test_moments",
                "test_symbolic", "test_symbolic_readout", "test_generic_engine",
-               "test_model_extension", "test_extension", "test_committee_exact", "test_sgd",
-               "test_config_cli", "test_cli_options", "test_startup", "test_lint",
-               "test_docs_site")
+               "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
+               "test_startup", "test_lint", "test_docs_site", "test_verdicts")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -100,6 +100,7 @@ def test_attention_is_registered_on_import():
     assert dynamics.attention is dynamics.models.attention
 
 
+@pytest.mark.slow
 def test_build_turns_a_config_into_objects():
     """`dynamics.ode.build` is where a config's strings become objects, for every model: the
     attention model's generated field, the committee's closed forms, and for a unit without
