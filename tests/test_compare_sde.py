@@ -120,7 +120,7 @@ def test_demo_summary_states_verdicts(tmp_path, capsys, monkeypatch):
                       ("escape times", "escape")):
         line = next(x for x in md.splitlines() if x.startswith(f"- {what}: "))
         assert line.startswith(f"- {what}: {rep['verdicts'][key]['phrase']}: ")
-        assert "bound" in line and "tolerance" in line
+        assert "90% interval" in line and "tolerance" in line
     assert f"theory and simulation {rep['verdicts']['all']}" in md
     assert "D → ∞ ODE" in md and "weight-space SGD (2 seeds" in md
     assert rep["weight_space"]["seeds"] == 2 and len(rep["weight_space"]["escape"]) == 2
