@@ -43,7 +43,7 @@ def test_integration_reaches_a_stationary_state(activation, H, amplitude, polish
     model = make_model(activation, L=3, H=H, prior=FlippedSpike(amplitude, 0.7, [1.0]))
     backend = QuasiMonteCarlo(samples=1024, seed=0)
     field = _gradient_flow(model, backend)
-    ov0 = random_start(model, jax.random.key(0), 1000, key_std=0.1, value_std=0.1,
+    ov0 = random_start(model, jax.random.key(0), 100, key_std=0.1, value_std=0.1,
                        bias=0.0).on_manifold()
     z, atol = 0.5, 1e-7
     test = StationarityTest(z=z, atol=atol)
@@ -135,10 +135,16 @@ creep along a slow manifold (stiffness ratio of the Jacobian in the thousands)."
 def slow_manifold():
     """Softmax-1, L = 3, H = 2, F = 2 on the two-point prior: gradient flow from the random
     start of the configs, integrated with and without the pseudo-transient continuation, both
-    with the same chunks (t_max = 200) and the same Newton polish."""
+    with the same chunks (t_max = 200) and the same Newton polish.
+
+    The prior treats its two features alike, so the nodes are closed under their exchange and
+    the exchange-symmetric subspace is exactly invariant: the escape from its saddle is seeded
+    by the start's asymmetry alone (no longer by node error). The start is drawn at D = 100, an
+    asymmetry of order 0.1: from a D = 1000 start (order 0.03) the continuation meets the saddle
+    (growth rate 1e-3) and the run is not stationary by t = 200."""
     model = make_model("softmax1", L=3, H=2, prior=SLOW_PRIOR)
     field = _gradient_flow(model, QuasiMonteCarlo(samples=1024, seed=0))
-    ov0 = random_start(model, jax.random.key(0), 1000, key_std=0.1, value_std=0.1,
+    ov0 = random_start(model, jax.random.key(0), 100, key_std=0.1, value_std=0.1,
                        bias=0.0).on_manifold()
     integ = Integrator.adaptive(rtol=1e-5, atol=1e-7)
     chunks = Chunks(t_max=200.0, t_first=25.0)
