@@ -254,7 +254,9 @@ def test_prune_command_from_sgd_weights(tmp_path, capsys):
 def test_prune_command_bad_input(tmp_path, capsys):
     from validation.cli import main
 
-    assert main(["prune", "--out", str(tmp_path / "p"), "--random-orders", "-1"]) == 2
+    with pytest.raises(SystemExit) as exit_:         # refused by the parser, as every option
+        main(["prune", "--out", str(tmp_path / "p"), "--random-orders", "-1"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--random-orders" in err[0]
     assert not (tmp_path / "p").exists()

@@ -184,7 +184,11 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
         ov0 = initial_state(c, model).on_manifold()
         ov0 = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0)
         built.append((model, step_sizes, ov0))
-        groups.setdefault(_structure_key(c, model, step_sizes), []).append(i)
+        # the nodes are closed under the prior's feature group, which depends on the prior's
+        # values (a zero amplitude adds sign flips): points with different groups get their
+        # own nodes, those a separate run of the point uses
+        key = (_structure_key(c, model, step_sizes), model.prior.symmetry())
+        groups.setdefault(key, []).append(i)
     ts = np.asarray(cfgs[0].save_times())
     T = len(ts)
     status = np.zeros(len(points), dtype=np.int64)
@@ -197,7 +201,7 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
             tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
             len(members))
         backend = backend_of(c0)
-        # the engine's field nodes (closed under head permutations) and risk nodes
+        # the engine's field nodes (closed under the model's symmetry group) and risk nodes
         model0 = c0.build_model()
         integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
                                             **({"max_steps": max_steps} if max_steps else {}))
