@@ -76,13 +76,15 @@ def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
     """Load `args.config` with the `--set` overrides, then the command's own flags, given as
     `attribute="section.key"` (e.g. `dim="sim.dim"`), when set."""
     from dynamics import ConfigError, load_config
+    from dynamics.config import parse_value
 
     overrides = list(args.set)
     given = {item.partition("=")[0].strip(): item for item in overrides}
     for attr, dotted in flag_keys.items():
         value = getattr(args, attr, None)
         if value is not None:
-            if dotted in given:     # one key, two values: neither may win silently
+            # one key, two different values: neither may win silently
+            if dotted in given and parse_value(given[dotted].partition("=")[2].strip()) != value:
                 raise ConfigError(f"--set {given[dotted]} and --{attr.replace('_', '-')} "
                                   f"{value} both set {dotted}; give one")
             overrides.append(f"{dotted}={value}")
