@@ -185,13 +185,16 @@ def test_activations_small_config_softmax1_reaches_stationarity(tmp_path, capsys
     1024 nodes: it creeps along a slow manifold there (plain integration from the same start
     needs t ≈ 25600 at 4096 nodes, `docs/activations.md`), and the command reaches a state that
     passes the stationarity check through the pseudo-transient continuation, with no `*` in
-    the table. (The other two activations on this config: the docs.)"""
+    the table. (The other two activations on this config: the docs.) The nodes are closed under
+    the exchange of the two features, which the prior treats alike, so the escape from the
+    exchange-symmetric saddle is seeded by the start's asymmetry alone: stationary at t = 850
+    (before the closed nodes, whose error broke the symmetry, below 400)."""
     res, text = _run(capsys, ["activations", str(SMALL), "--out", str(tmp_path / "s"),
                               "--activations", "softmax1"] + SMALL_FLAGS)
     assert res["stationary"]["softmax1"] == [True], res["drift"]["softmax1"]
     assert res["stationarity_ratio"]["softmax1"][0] <= 1.0
     assert 0.0 <= res["drift"]["softmax1"][0] <= 0.25
-    assert res["t_reached"]["softmax1"][0] < 400.0
+    assert res["t_reached"]["softmax1"][0] < 1000.0
     assert "*" not in text.split("amplitude  R_Bayes")[-1]
     runs = json.loads((tmp_path / "s" / "runs.json").read_text())
     methods = [a[1] for a in runs["softmax1"][0]["polish_attempts"] if a[-1] == "accepted"]
