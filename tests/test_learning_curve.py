@@ -136,6 +136,7 @@ def test_lr_with_a_schedule_is_refused():
 # three SDE paths of a small softmax-1 model with label noise (the config of `headflow fit
 # --model sde`'s test, tests/test_schedule_cli.py)
 SDE_BASE = ["model.L=2", "model.activation=softmax1", "model.noise=0.2", "ode.samples=64",
+            "sde.samples_drift=64",
             "sde.samples_noise=64", "sde.dt=0.2", "training.t_max=2", "output.n_save=6",
             "sim.dim=400", "sim.risk_samples=256", "sde.paths=3"]
 
