@@ -184,7 +184,7 @@ def summary_lines(report: dict) -> list[str]:
                      f"(λ_eff = {'–' if lam is None else f'{lam:.3f}'})")
         pf = report.get("escape_predicted_initial") or []
         lines.append(f"  parameter-free linear stability (c' = 0, the initial perturbation "
-                     f"alone): slope {_num(report['slope_predicted_initial'])}, escape times "
+                     f"alone): slope {_num(report.get('slope_predicted_initial'))}, escape times "
                      + ", ".join(_num(x) for x in pf))
     else:
         lines.append(f"  {report['linear_stability_reason']}")
