@@ -305,7 +305,7 @@ def test_gradient_flow_form_within_error_bars(act):
             chi_star, chi = law.key_fields(theta, g_star, g_perp)
             return gen.integrands(chi, chi_star, ov.b, ov.n, ov.s, model.rho, model.noise)
 
-        E = over_theta(model, tn, at)
+        E = over_theta(model, tn, g_star, at)
         return {"m": pred_tm - E["Tm"], "q": pred_tq - (E["Tq"] + E["Tq"].T),
                 "b": 0.5 * gb - E["gb"], "scale": jnp.abs(E["Tm"])}
 
