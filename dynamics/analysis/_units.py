@@ -23,15 +23,7 @@ from jaxtyping import Array, Float
 from .._errors import HeadflowError
 from ..measures import alignment
 from ..models._base import AbstractModel, GramState
-
-
-def _sym_matrix(a: Float[Array, "K K"]) -> Float[Array, "K K"]:
-    K = a.shape[-1]
-    a = 0.5 * (a + a.T)
-    diag = jnp.mean(jnp.diagonal(a))
-    eye = jnp.eye(K, dtype=a.dtype)
-    off = (jnp.sum(a) - jnp.trace(a)) / (K * (K - 1)) if K > 1 else jnp.zeros((), a.dtype)
-    return diag * eye + off * (1.0 - eye)
+from ._symmetric import _sym_matrix
 
 
 def unit_average(model: AbstractModel, state: GramState) -> GramState:
