@@ -51,7 +51,7 @@ from sims import simulate_states
 
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
-from .compare import escapes_of
+from .compare import SPREAD_TOLERANCE, escapes_of
 
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
@@ -560,7 +560,7 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
 
 
 __all__ = ["LinearTheory", "linear_theory", "linear_theory_reason", "LINEAR_KEYS",
-           "escape_distributions", "KS_TOLERANCE", "SPREAD_TOLERANCE",
+           "escape_distributions", "KS_TOLERANCE",
            "sgd_escape_times", "fit_slope", "calibrate_offset", "predicted_slope",
            "escape_stats", "SDEEscapes", "sde_escape_times", "sde_report", "escape_study",
            "EXTRAPOLATE", "STAT_QUANTILES"]
@@ -570,10 +570,6 @@ KS_TOLERANCE = 0.3
 """The KS distance between two escape-time laws that still counts as agreement in
 [`escape_distributions`][]."""
 
-SPREAD_TOLERANCE = float(np.log(1.25))
-"""The `|log|` ratio of two escape-time standard deviations that still counts as agreement
-(25%) in [`escape_distributions`][]."""
-
 
 def escape_distributions(cfg: Config, dim: int, runs: int, *,
                          threshold: float = ESCAPE_THRESHOLD, progress: bool = False) -> dict:
@@ -581,7 +577,9 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
     weight-space and `runs` overlap-space SGD seeds (to `training.t_max`), and the verdicts
     ([`validation.verdicts.verdict`][]) of the SDE against each SGD ensemble and of the two SGD
     ensembles against each other, on the KS distance (tolerance [`KS_TOLERANCE`][]) and on the
-    spread (tolerance [`SPREAD_TOLERANCE`][]). A path or run that does not escape counts as
+    spread (tolerance
+    [`validation.experiments.compare.SPREAD_TOLERANCE`][], as for `compare`). A path or run
+    that does not escape counts as
     `+∞` in the KS distance; the spread is that of the runs that escaped.
 
     **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of `runs`, NaN where censored),
