@@ -188,7 +188,10 @@ def test_activations_small_config_softmax1_reaches_stationarity(tmp_path, capsys
     the table. (The other two activations on this config: the docs.) The nodes are closed under
     the exchange of the two features, which the prior treats alike, so the escape from the
     exchange-symmetric saddle is seeded by the start's asymmetry alone: stationary at t = 850
-    (before the closed nodes, whose error broke the symmetry, below 400)."""
+    (before the closed nodes, whose error broke the symmetry, below 400). How many
+    continuations are accepted before the verification chunk passes differs between machines
+    (one here, two on the CI machine: round-off in the slow escape); every accepted one is a
+    continuation, never a Newton jump."""
     res, text = _run(capsys, ["activations", str(SMALL), "--out", str(tmp_path / "s"),
                               "--activations", "softmax1"] + SMALL_FLAGS)
     assert res["stationary"]["softmax1"] == [True], res["drift"]["softmax1"]
@@ -198,7 +201,7 @@ def test_activations_small_config_softmax1_reaches_stationarity(tmp_path, capsys
     assert "*" not in text.split("amplitude  R_Bayes")[-1]
     runs = json.loads((tmp_path / "s" / "runs.json").read_text())
     methods = [a[1] for a in runs["softmax1"][0]["polish_attempts"] if a[-1] == "accepted"]
-    assert methods == ["continuation"]
+    assert methods and set(methods) == {"continuation"}
     assert res["final_risk"]["softmax1"][0] > res["bayes_risk"][0]
 
 
