@@ -1,4 +1,4 @@
-"""Benchmark of the differentiable learning curve (issue 14): the cost of the gradient of one
+"""Benchmark of the differentiable learning curve: the cost of the gradient of one
 ODE solve against the solve itself, both measured in this run (target: gradient ≤ 5× the
 solve).
 

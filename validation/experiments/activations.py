@@ -26,7 +26,7 @@ from dynamics.models.attention import trajectory_risk
 from sims import run_sgd
 
 from ._constants import BAYES_TOLERANCE as BAYES_TOLERANCE  # light: shown by `--help`
-from .convergence import Verdict, below, within
+from .convergence import Claim, below, within
 
 MODES = ("gradient_flow", "sgd_noise")
 
@@ -200,7 +200,7 @@ def _checks(*runs: LongTimeRun) -> list[NodeChange]:
 
 
 def bayes_verdict(run: LongTimeRun, bayes: float, bayes_err: float,
-                  tol: float = BAYES_TOLERANCE) -> Verdict:
+                  tol: float = BAYES_TOLERANCE) -> Claim:
     """"Bayes-softmax reaches R_Bayes": the long-time risk within `tol·R_Bayes` of `R_Bayes`,
     with the run's node check and the sampling errors of both risks."""
     return within(f"{run.activation} within {100 * tol:g}% of R_Bayes at a = {run.amplitude:g}",
@@ -211,7 +211,7 @@ def bayes_verdict(run: LongTimeRun, bayes: float, bayes_err: float,
                            "relative_gap_fine": (_fine(run) - bayes) / bayes})
 
 
-def below_verdict(lower: LongTimeRun, upper: LongTimeRun) -> Verdict:
+def below_verdict(lower: LongTimeRun, upper: LongTimeRun) -> Claim:
     """"`lower`'s activation ends below `upper`'s" (e.g. softmax-1 below softmax), with both
     runs' node checks."""
     return below(f"{lower.activation} below {upper.activation} at a = {lower.amplitude:g}",
@@ -223,7 +223,7 @@ def below_verdict(lower: LongTimeRun, upper: LongTimeRun) -> Verdict:
 
 
 def activation_verdicts(runs: dict[str, list[LongTimeRun]], bayes: Sequence[float],
-                        bayes_err: Sequence[float], support: int | None) -> list[Verdict]:
+                        bayes_err: Sequence[float], support: int | None) -> list[Claim]:
     """The claims of `headflow activations` at each amplitude of a sweep: Bayes-softmax within
     `BAYES_TOLERANCE` of R_Bayes (when `H = support`), and softmax-1 below softmax; each with
     its node-convergence check ([`validation.experiments.convergence`][])."""

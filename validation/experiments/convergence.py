@@ -31,7 +31,7 @@ SAMPLING_Z = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
-class Verdict:
+class Claim:
     """One claim judged on a long-time result with its node-convergence check.
 
     **Fields:** `claim` (in words), `holds` (whether the claim holds on the run's nodes),
@@ -92,9 +92,9 @@ class Verdict:
 
 def judge(claim: str, holds: bool, margin: float, checks: Sequence[NodeChange], *,
           holds_fine: bool | None = None, numbers: dict | None = None,
-          error: float = 0.0) -> Verdict:
-    """A [`Verdict`][] (the one constructor the commands use)."""
-    return Verdict(claim=claim, holds=bool(holds), margin=abs(float(margin)),
+          error: float = 0.0) -> Claim:
+    """A [`Claim`][] (the one constructor the commands use)."""
+    return Claim(claim=claim, holds=bool(holds), margin=abs(float(margin)),
                    checks=tuple(checks), holds_fine=None if holds_fine is None
                    else bool(holds_fine), numbers={} if numbers is None else dict(numbers),
                    error=float(error))
@@ -102,7 +102,7 @@ def judge(claim: str, holds: bool, margin: float, checks: Sequence[NodeChange], 
 
 def within(claim: str, value: float, value_fine: float, reference: float, tolerance: float,
            checks: Sequence[NodeChange], *, numbers: dict | None = None,
-           error: float = 0.0) -> Verdict:
+           error: float = 0.0) -> Claim:
     """The claim `value − reference ≤ tolerance` (e.g. a risk within `tolerance` of R_Bayes):
     margin `|tolerance − (value − reference)|`, judged also on `value_fine`."""
     gap, gap_fine = value - reference, value_fine - reference
@@ -112,14 +112,14 @@ def within(claim: str, value: float, value_fine: float, reference: float, tolera
 
 def below(claim: str, lower: float, upper: float, lower_fine: float, upper_fine: float,
           checks: Sequence[NodeChange], *, numbers: dict | None = None,
-          error: float = 0.0) -> Verdict:
+          error: float = 0.0) -> Claim:
     """The claim `lower < upper` (e.g. softmax-1's risk below softmax's): margin
     `|upper − lower|`, judged also on the reruns' values."""
     return judge(claim, lower < upper, upper - lower, checks,
                  holds_fine=lower_fine < upper_fine, numbers=numbers, error=error)
 
 
-def overall(verdicts: Sequence[Verdict]) -> str:
+def overall(verdicts: Sequence[Claim]) -> str:
     """One word for several verdicts on one claim: "not reproduced" if any is resolved and
     fails, else "not resolved by the numerics" if any is unresolved, else "reproduced"."""
     words = [v.word for v in verdicts]

@@ -44,7 +44,7 @@ from dynamics.ode import Integrator, backend_of, initial_state, integrate, run_o
 
 from dynamics.ode import NodeChange, node_change, node_count
 
-from .convergence import Verdict, judge
+from .convergence import Claim, judge
 from .escape import manifold_field
 
 ENTRY_FRACTION = 0.9
@@ -367,7 +367,7 @@ def variance_order(cfg) -> list[int] | None:
 
 
 def stage_order_verdict(ph: Phases, expected: list[int], t_end: float,
-                        check: NodeChange | None, ph_fine: Phases | None = None) -> Verdict:
+                        check: NodeChange | None, ph_fine: Phases | None = None) -> Claim:
     """"The features are told apart in the order `expected`" (decreasing `Var θ_f`) for one
     trajectory: holds when `feature_order` is `expected`; the margin is the smallest gap between
     the (censored, [`censored_feature_times`][]) times of consecutive features of `expected`,
@@ -389,7 +389,7 @@ def stage_order_verdict(ph: Phases, expected: list[int], t_end: float,
 
 
 def ode_phases_checked(cfg, ov0, times, *, equivariant: bool, threshold: float,
-                       progress: bool = False) -> tuple[dict, Phases, Verdict | None]:
+                       progress: bool = False) -> tuple[dict, Phases, Claim | None]:
     """The ODE trajectory of [`ode_trajectory`][], its phases, and the stage-order verdict with
     its node check: the whole run (the stages form along it, so the segment starts at `t_0`)
     rerun on 4× the nodes ([`dynamics.ode.node_change`][]). No verdict (None) for a model

@@ -40,7 +40,7 @@ from dynamics.ode import NodeChange
 
 from ._constants import CRITERIA as CRITERIA  # light: shown by `--help`
 from ._constants import PRUNABLE_TOLERANCE as PRUNABLE_TOLERANCE
-from .convergence import Verdict, judge
+from .convergence import Claim, judge
 
 
 class Pruned(AbstractActivation):
@@ -220,7 +220,7 @@ def excess_over_tolerance(risk, tol: float = PRUNABLE_TOLERANCE) -> np.ndarray:
 
 
 def prunable_verdict(activation: str, risk, check: NodeChange | None, expected: int,
-                     risk_err=None, tol: float = PRUNABLE_TOLERANCE) -> Verdict:
+                     risk_err=None, tol: float = PRUNABLE_TOLERANCE) -> Claim:
     """"`expected` heads (H − F) can be pruned": the prunable count of the curve `risk` equals
     `expected`. The count is read off the signs of [`excess_over_tolerance`][] up to one removal
     past `expected`; the margin is the smallest of those |excess| values, `check` the node
