@@ -46,9 +46,9 @@ def test_repeated_run_uses_the_cache(tmp_path):
     with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
-    # the second run found every cached program (none was compiled and written again). A few
-    # small programs may be added: only compiles over `MIN_COMPILE_S` are written, and on a busy
-    # machine a program just under it in the first run can take longer in the second
+    # the second run found every cached program (none was compiled and written again; every
+    # program is written, `MIN_COMPILE_S` = 0). The tolerance allows for a program whose
+    # lowering differs between the two command lines
     again = _files(cache / "jax")
     assert set(jax_entries) <= set(again)
     assert len(again) - len(jax_entries) <= len(jax_entries) // 4, again

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-MIN_COMPILE_S = 0.1
-"""Programs that compile faster than this are not worth a disk round trip."""
+MIN_COMPILE_S = 0.0
+"""Every program is cached: on CPU even a small one (an eager operation, a start-up helper)
+takes 0.05–0.1 s to compile and milliseconds to read back, and a run has dozens of them."""
 
 
 def cache_root() -> Path:
