@@ -95,9 +95,9 @@ def judge(claim: str, holds: bool, margin: float, checks: Sequence[NodeChange], 
           error: float = 0.0) -> Claim:
     """A [`Claim`][] (the one constructor the commands use)."""
     return Claim(claim=claim, holds=bool(holds), margin=abs(float(margin)),
-                   checks=tuple(checks), holds_fine=None if holds_fine is None
-                   else bool(holds_fine), numbers={} if numbers is None else dict(numbers),
-                   error=float(error))
+                 checks=tuple(checks), holds_fine=None if holds_fine is None
+                 else bool(holds_fine), numbers={} if numbers is None else dict(numbers),
+                 error=float(error))
 
 
 def within(claim: str, value: float, value_fine: float, reference: float, tolerance: float,
