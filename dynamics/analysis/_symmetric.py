@@ -23,7 +23,10 @@ EQUIVARIANT_GROUP = 720
 nodes."""
 
 
-def _sym_matrix(a: Float[Array, "H H"]) -> Float[Array, "H H"]:
+def sym_matrix(a: Float[Array, "H H"]) -> Float[Array, "H H"]:
+    """The projection onto matrices invariant under every permutation of the units: the mean
+    diagonal entry on the diagonal, the mean off-diagonal entry off it (of the symmetric part;
+    also used by `_units.unit_average`)."""
     H = a.shape[-1]
     a = 0.5 * (a + a.T)
     diag = jnp.mean(jnp.diagonal(a))
@@ -40,7 +43,7 @@ def head_average(ov: Overlaps) -> Overlaps:
     m = jnp.broadcast_to(jnp.mean(ov.m, axis=0), ov.m.shape)
     n = jnp.full((H,), jnp.mean(ov.n), ov.n.dtype)
     b = jnp.full((H,), jnp.mean(ov.b), ov.b.dtype)
-    return Overlaps.manifold(m, _sym_matrix(ov.q), n, _sym_matrix(ov.s), b)
+    return Overlaps.manifold(m, sym_matrix(ov.q), n, sym_matrix(ov.s), b)
 
 
 def head_differences(ov: Overlaps) -> Overlaps:

@@ -23,7 +23,7 @@ from jaxtyping import Array, Float
 from .._errors import HeadflowError
 from ..measures import alignment
 from ..models._base import AbstractModel, GramState
-from ._symmetric import _sym_matrix
+from ._symmetric import sym_matrix
 
 
 def unit_average(model: AbstractModel, state: GramState) -> GramState:
@@ -31,7 +31,7 @@ def unit_average(model: AbstractModel, state: GramState) -> GramState:
     the teacher block and the untrained parameters are kept."""
     K = model.n_students
     g = state.gram
-    ss = _sym_matrix(g[:K, :K])
+    ss = sym_matrix(g[:K, :K])
     st = jnp.broadcast_to(jnp.mean(g[:K, K:], axis=0), g[:K, K:].shape)
     top = jnp.concatenate([ss, st], axis=1)
     bottom = jnp.concatenate([st.T, g[K:, K:]], axis=1)
