@@ -111,13 +111,16 @@ _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_r
                   "test_sde", "test_distributed", "test_stability", "test_schedule_cli",
                   "test_fixed_points", "test_sgd", "test_phases", "test_learning_curve",
                   "test_escape", "test_pruning", "test_sde_cli", "test_schedule",
-                  "test_ode_drift", "test_activations_cmd", "test_notebooks", "test_compare_sde")
+                  "test_ode_drift", "test_activations_cmd", "test_notebooks", "test_compare_sde",
+                  # the longest files of the quick tier, so that its two workers finish together
+                  "test_symbolic", "test_fields", "test_model", "test_activations", "test_priors",
+                  "test_config_cli")
 
 
 # The quick tier (`pytest -m quick`, README): the mathematical core, the config and command-line
 # contracts and lint, in a few minutes on two cores. Every test of the files below that is not
-# marked `slow` is marked `quick` here (a test of another file can be marked
-# `@pytest.mark.quick` where it stands). The full suite (`.ci/run`) runs everything.
+# marked `slow` is marked `quick` here, and `-m quick` does not even collect the other files
+# (their imports alone cost each worker seconds). The full suite (`.ci/run`) runs everything.
 QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "test_moments",
                "test_symbolic", "test_symbolic_readout", "test_generic_engine",
                "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
@@ -125,8 +128,8 @@ QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "
 
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full
-# run on two cores, and the quick tier keeps a cheaper case of the same test (the full suite
-# runs them all).
+# run on two cores (or over 2 s in the quick tier itself), and the quick tier keeps a cheaper
+# case of the same test (the full suite runs them all).
 QUICK_LEAVES_OUT = frozenset({
     "test_config_cli.py::test_cli_bayes_json[flipped_spike]",
     "test_fields.py::test_gram_matrix_definition[discrete_2d]",
@@ -134,16 +137,25 @@ QUICK_LEAVES_OUT = frozenset({
     "test_fields.py::test_population_risk_equals_finite_d_risk[gaussian_2d]",
     "test_fields.py::test_population_risk_manifold_paths_agree[softmax]",
     "test_fields.py::test_zero_predictor_risk[gaussian_2d-softmax-0.0-1.0]",
+    "test_fields.py::test_zero_predictor_risk[gaussian_2d-softmax1-0.5-1.0]",
     "test_model.py::test_conditional_error_monte_carlo[0.0-True-softmax]",
     "test_model.py::test_conditional_error_through_field_law[flipped_spike-softmax]",
     "test_model.py::test_sgd_step_is_gradient_step[True-softmax]",
     "test_model.py::test_weight_gradients_through_fields[1-softmax]",
     "test_model.py::test_weight_gradients_through_fields[3-softmax]",
+    "test_model.py::test_weight_gradients_through_fields[3-softmax1]",
     "test_model_extension.py::test_drift_equals_monte_carlo_of_hand_increments[quadrature]",
     "test_symbolic.py::test_generated_rhs_equals_autodiff[1-1-softmax]",
     "test_symbolic.py::test_generated_rhs_equals_autodiff[1-2-softmax]",
     "test_symbolic.py::test_generated_rhs_equals_autodiff[1-3-softmax]",
     "test_symbolic.py::test_generated_rhs_equals_autodiff[2-1-softmax]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[1-2-softmax1]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[1-3-softmax1]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[2-1-softmax1]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[2-2-softmax]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[1-2-bayes_softmax]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[1-3-bayes_softmax]",
+    "test_symbolic.py::test_generated_rhs_equals_autodiff[2-1-bayes_softmax]",
     "test_symbolic.py::test_generated_rhs_variants[bayes_softmax]",
     "test_symbolic.py::test_gradient_flow_form_within_error_bars[softmax]",
     "test_symbolic.py::test_two_code_generators_agree[bayes_softmax-sizes0]",
@@ -154,6 +166,15 @@ QUICK_LEAVES_OUT = frozenset({
 })
 
 
+def pytest_ignore_collect(collection_path, config):
+    """Under `-m quick`, the test files outside `QUICK_FILES` are not collected."""
+    if (config.getoption("markexpr", "").strip() == "quick" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")
+            and collection_path.stem not in QUICK_FILES):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if (item.path.stem in QUICK_FILES and item.get_closest_marker("slow") is None
@@ -161,3 +182,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.quick)
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))   # stable: file order kept
+
+
+# `HEADFLOW_TEST_PROFILE=FILE pytest ...`: each worker appends, per test file, the seconds JAX
+# spent tracing, lowering and compiling (jax.monitoring's duration events) and the file's wall
+# time, one JSON line a file, so that the suite's time can be split into compile work and the
+# rest (`benchmarks/RESULTS.md`, "The test suite").
+_PROFILE = os.environ.get("HEADFLOW_TEST_PROFILE")
+_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+           "/jax/core/compile/backend_compile_duration": "compile"}
+_spent: dict[str, float] = {}
+
+
+def _on_duration(event: str, seconds: float, **_kwargs) -> None:
+    if event in _EVENTS:
+        _spent[_EVENTS[event]] = _spent.get(_EVENTS[event], 0.0) + seconds
+
+
+if _PROFILE:
+    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+    @pytest.fixture(autouse=True, scope="module")
+    def _profile_module(request):
+        import json
+        import time
+        _spent.clear()
+        start = time.perf_counter()
+        yield
+        row = {"file": request.module.__name__, "wall": time.perf_counter() - start, **_spent}
+        with open(_PROFILE, "a") as f:
+            f.write(json.dumps(row) + "\n")
