@@ -134,3 +134,24 @@ def test_builtin_activations_are_the_registry():
     from dynamics.activations import activation_names
 
     assert known_activations() == activation_names()   # once imported: the registry itself
+
+
+_NO_SYMPY = r"""
+import json, sys
+from validation.cli import main
+main(["ode", "validation/configs/committee.toml", "--set", "training.t_max=2",
+      "--set", "output.n_save=3", "--out", sys.argv[1]])
+print(json.dumps(sorted(m for m in sys.modules if m == "sympy" or m.startswith("sympy."))))
+"""
+
+
+def test_a_run_that_derives_nothing_imports_no_sympy(tmp_path):
+    """`headflow ode` of the committee (closed-form unit integrals, no generated code) never
+    imports sympy: the symbolic machinery loads on demand, and the caches (on, in a fresh
+    folder) are set up without it."""
+    env = {**ENV, "HEADFLOW_CACHE": "1", "HEADFLOW_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run([sys.executable, "-c", _NO_SYMPY, str(tmp_path / "out")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []
+    assert (tmp_path / "out" / "ode.npz").is_file()

@@ -4,7 +4,8 @@ Both live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headf
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
 identical run then skips compilation and the sympy derivation and only traces. The results
 cache of the same folder (`validation._results`) skips even that for a repeated `headflow ode`.
-Importing this module imports nothing heavy (JAX and sympy are imported by [`configure`][]).
+Importing this module imports nothing heavy (JAX by [`configure`][]; sympy only by the commands
+that derive or generate code).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _off() -> None:
     """Both caches off (also when an earlier call in this process had turned them on)."""
     import jax
 
-    from dynamics.symbolic import set_source_cache
+    from dynamics import set_source_cache
 
     set_source_cache(None)
     jax.config.update("jax_compilation_cache_dir", None)
@@ -44,7 +45,7 @@ def configure(enabled: bool = True) -> Path | None:
         return None
     import jax
 
-    from dynamics.symbolic import set_source_cache
+    from dynamics import set_source_cache
 
     root = cache_root()
     try:

@@ -20,7 +20,7 @@ from ._closed import paper_variables as paper_variables
 from ._closed import risk as risk
 from ._codegen import Generated as Generated
 from ._codegen import generate as generate
-from ._codegen import set_source_cache as set_source_cache
+from .._source_cache import set_source_cache as set_source_cache
 from ._derive import Equation as Equation
 from ._derive import Manifold as Manifold
 from ._derive import local_field_ode as local_field_ode

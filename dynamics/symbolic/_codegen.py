@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import sympy as sp
 
+from .._source_cache import source_cache
 from ..activations import activation_class
 from ._activations import symbolic_activation
 from ._algebra import (A, B, Delta, F, H, L, b, chi, chis, e2, ell, eta, eta_b, h, instantiate,
@@ -159,13 +160,11 @@ def _einsum_source(activation, sizes, sgd_noise, M) -> tuple[str, str]:
 class _SourceCache:
     """Generated source kept on disk between processes (the derivation takes seconds), keyed
     by the case and by a hash of the derivation's own code and of the activation's class, so a
-    change to either regenerates it. Off until [`set_source_cache`][] gives it a folder."""
-
-    def __init__(self):
-        self.folder: Path | None = None
+    change to either regenerates it. Off until [`dynamics.set_source_cache`][] gives it a folder."""
 
     def _path(self, activation: str, tag: str) -> Path | None:
-        if self.folder is None:
+        folder = source_cache()
+        if folder is None:
             return None
         try:
             parts = [inspect.getsource(activation_class(activation))]
@@ -174,7 +173,7 @@ class _SourceCache:
         here = Path(__file__).resolve().parent
         parts += [f.read_text() for f in sorted(here.glob("*.py"))]
         digest = hashlib.sha256("\0".join([tag, *parts]).encode()).hexdigest()[:24]
-        return self.folder / f"{tag}-{digest}.json"
+        return folder / f"{tag}-{digest}.json"
 
     def load(self, activation: str, tag: str) -> tuple[str, str] | None:
         path = self._path(activation, tag)
@@ -200,11 +199,6 @@ class _SourceCache:
 
 
 _SOURCE_CACHE = _SourceCache()
-
-
-def set_source_cache(folder: str | Path | None) -> None:
-    """Keep generated source in `folder` between processes (None: off, the default)."""
-    _SOURCE_CACHE.folder = None if folder is None else Path(folder)
 
 
 @functools.cache

@@ -23,7 +23,6 @@ from ...config import Config
 from ...expectations import AbstractExpectation, AbstractNodes
 from ...fields import MAX_GROUP, AbstractField
 from ...ode import risk_rule, traced_values
-from ...symbolic import SymbolicField, symbolic_names
 from ._curve import PARAMS, LearningCurve
 from ._full import FullField
 from ._manifold import ManifoldField
@@ -36,27 +35,29 @@ def resolved_rhs(cfg: Config, model: Model | None = None) -> str:
     same nodes), else autodiff."""
     if cfg.ode.rhs != "auto":
         return cfg.ode.rhs
+    if cfg.ode.form != "manifold":
+        return "autodiff"
+    from ...symbolic import symbolic_names        # sympy: only where the rhs may be generated
+
     model = cfg.build_model() if model is None else model
-    symbolic = cfg.ode.form == "manifold" and model.activation.name in symbolic_names()
-    return "symbolic" if symbolic else "autodiff"
+    return "symbolic" if model.activation.name in symbolic_names() else "autodiff"
 
 
-_FIELDS: dict[tuple[str, str], type[ManifoldField | FullField | SymbolicField]] = {
-    ("manifold", "autodiff"): ManifoldField,
-    ("full", "autodiff"): FullField,
-    ("manifold", "symbolic"): SymbolicField,
-}
-
-
-def field_class(cfg: Config, model: Model | None = None
-                ) -> type[ManifoldField | FullField | SymbolicField]:
+def field_class(cfg: Config, model: Model | None = None) -> Any:
     """The vector-field class selected by `[ode] form` and `[ode] rhs` (`"auto"` resolved by
-    [`resolved_rhs`][])."""
+    [`resolved_rhs`][]): [`ManifoldField`][], [`FullField`][] or
+    [`dynamics.symbolic.SymbolicField`][] (imported, with sympy, only when selected)."""
     key = (cfg.ode.form, resolved_rhs(cfg, model))
-    if key not in _FIELDS:
-        raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
-                          "use ode.form = 'manifold'")
-    return _FIELDS[key]
+    if key == ("manifold", "autodiff"):
+        return ManifoldField
+    if key == ("full", "autodiff"):
+        return FullField
+    if key == ("manifold", "symbolic"):
+        from ...symbolic import SymbolicField
+
+        return SymbolicField
+    raise ConfigError(f"ode.rhs = {cfg.ode.rhs!r} is derived on the invariant manifold; "
+                      "use ode.form = 'manifold'")
 
 
 @field_of.register(Model)
