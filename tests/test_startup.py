@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from validation.commands._light import (BUILTIN_ACTIVATIONS, CRITERIA, ESCAPE_THRESHOLD,
                                         EXTRAPOLATE, MIN_SAMPLES, MODELS, PRUNABLE_TOLERANCE,
                                         STATIONARY_Z, THEORIES, known_activations)
@@ -145,6 +147,7 @@ print(json.dumps(sorted(m for m in sys.modules if m == "sympy" or m.startswith("
 """
 
 
+@pytest.mark.slow                 # a whole run (15 s): not in the quick tier
 def test_a_run_that_derives_nothing_imports_no_sympy(tmp_path):
     """`headflow ode` of the committee (closed-form unit integrals, no generated code) never
     imports sympy: the symbolic machinery loads on demand, and the caches (on, in a fresh
