@@ -7,7 +7,8 @@ printed by the last cell is `verdict: <claim>: <reproduced|not reproduced>: <num
 
 The kernels share the test session's compilation cache (through JAX's environment variables; a
 notebook itself configures nothing): a program a notebook traces again, or one a test compiled
-before, is read back instead of compiled (the committee notebook: 153 s against 167 s).
+before, is read back instead of compiled (the saving: `benchmarks/RESULTS.md`, "The test
+suite").
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ print(json.dumps(sorted(m for m in sys.modules if m == "sympy" or m.startswith("
 """
 
 
-@pytest.mark.slow                 # a whole run (15 s): not in the quick tier
+@pytest.mark.slow                 # a whole run: not in the quick tier
 def test_a_run_that_derives_nothing_imports_no_sympy(tmp_path):
     """`headflow ode` of the committee (closed-form unit integrals, no generated code) never
     imports sympy: the symbolic machinery loads on demand, and the caches (on, in a fresh
