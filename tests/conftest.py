@@ -21,9 +21,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 
 import jax
 import pytest
@@ -205,8 +207,6 @@ if _PROFILE:
 
     @pytest.fixture(autouse=True, scope="module")
     def _profile_module(request):
-        import json
-        import time
         _spent.clear()
         start = time.perf_counter()
         yield

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from validation._cache import cache_root
+from validation._cache import cache_root, jax_cache_options
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 VERDICT = re.compile(r"^verdict: [^:]+: (reproduced|not reproduced): .+$")
@@ -49,9 +49,8 @@ def test_there_are_notebooks():
 @pytest.fixture
 def _kernel_cache(monkeypatch):
     if os.environ.get("HEADFLOW_CACHE", "1") != "0":
-        monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(cache_root() / "jax"))
-        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-        monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        for option, value in jax_cache_options(cache_root()).items():
+            monkeypatch.setenv(option.upper(), str(value))
 
 
 @pytest.mark.slow

@@ -26,6 +26,15 @@ def cache_root() -> Path:
     return Path(base) / "headflow"
 
 
+def jax_cache_options(root: Path) -> dict[str, str | float | int]:
+    """JAX's settings of the persistent compilation cache in `root` (what [`configure`][] sets;
+    a child process, such as a notebook kernel, reads them from the upper-case environment
+    variables of the same names)."""
+    return {"jax_compilation_cache_dir": str(root / "jax"),
+            "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_S,
+            "jax_persistent_cache_min_entry_size_bytes": 0}
+
+
 def _off() -> None:
     """Both caches off (also when an earlier call in this process had turned them on)."""
     import jax
@@ -48,13 +57,13 @@ def configure(enabled: bool = True) -> Path | None:
     from dynamics import set_source_cache
 
     root = cache_root()
+    options = jax_cache_options(root)
     try:
-        (root / "jax").mkdir(parents=True, exist_ok=True)
+        Path(str(options["jax_compilation_cache_dir"])).mkdir(parents=True, exist_ok=True)
     except OSError:
         _off()
         return None
-    jax.config.update("jax_compilation_cache_dir", str(root / "jax"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_S)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    for option, value in options.items():
+        jax.config.update(option, value)
     set_source_cache(root / "symbolic")
     return root
