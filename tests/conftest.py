@@ -63,7 +63,7 @@ configure_cache()
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
                  "test_sgd", "test_config_cli", "test_schedule_cli", "test_sde_cli", "test_ode",
                  "test_learning_curve", "test_scaling", "test_phases",
-                 "test_pruning", "test_activations_cmd"}
+                 "test_pruning", "test_activations_cmd", "test_fixed_points", "test_convergence"}
 
 
 @pytest.fixture(autouse=True, scope="module")

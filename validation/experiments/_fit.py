@@ -6,7 +6,6 @@ known errors."""
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 
 def linear_fit(x, y, level: float = 0.95) -> dict:
@@ -14,6 +13,8 @@ def linear_fit(x, y, level: float = 0.95) -> dict:
     `slope`, `intercept`, `stderr` (of the slope), `ci` (its two-sided Student-t interval at
     `level` with `n − 2` degrees of freedom, so that the scatter about the line sets the
     width), `level`, `runs` (points) and `dof`."""
+    from scipy import stats      # on first use: `scipy.stats` takes about a second to import
+
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     fit = stats.linregress(x, y)
     dof = len(y) - 2
@@ -32,6 +33,8 @@ def law_check(x, y, sigma, slope: float) -> dict:
     - `chi2`, `dof`, `p`: the χ² of `y` about the best line of the given `slope` (intercept
       free), with `n − 1` degrees of freedom, and the probability of a χ² at least as large
       if that law holds and the errors are Gaussian."""
+    from scipy import stats
+
     x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
     sigma = np.asarray(sigma, dtype=np.float64)
     coef, cov = np.polyfit(x, y, 1, w=1.0 / sigma, cov="unscaled")
