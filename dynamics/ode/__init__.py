@@ -18,6 +18,8 @@ from ._run import ode_backend as ode_backend
 from ._run import error_target as error_target
 from ._run import relative_error as relative_error
 from ._run import sized as sized
+from ._run import QUANTITY_REPLICATES as QUANTITY_REPLICATES
+from ._run import replicate_spread as replicate_spread
 from ._run import final_risk_of as final_risk_of
 from ._convergence import NODE_FACTOR as NODE_FACTOR
 from ._convergence import NodeChange as NodeChange

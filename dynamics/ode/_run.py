@@ -19,7 +19,7 @@ from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, get_expectation
 from ..fields import MAX_GROUP, AbstractField
-from ._convergence import NODE_FACTOR, node_change
+from ._convergence import NODE_FACTOR, _as_array, node_change
 from ._integrate import Integrator, integrate
 from ._models import as_float64, model_arrays
 
@@ -54,6 +54,11 @@ AUTO_FALLBACK = 16384
 """`samples = "auto"` where no pilot run is made (sweeps, stability analysis)
 (`docs/ode.md#expectation-backends`)."""
 
+
+QUANTITY_REPLICATES = 5
+"""Pilot runs on independent node sets whose spread is the error of the reported quantity for
+`[ode] quantity_target` (see [`sized`][]); five cost about what one pilot run and its rerun on
+`NODE_FACTOR` times the nodes cost."""
 
 CONVERGENCE_RATE = {"mc": 0.5, "qmc": 0.7}
 """Error `∝ n^{-rate}` assumed when sizing `samples = "auto"` (see [`sized`][])."""
@@ -110,10 +115,13 @@ def sized(cfg: Config, model: Any, ov0: Any, times,
     error is what the count rests on), to meet [`error_target`][].
 
     With `[ode] quantity_target` set, the count also meets that target on the quantity the
-    command reports, `quantity(result)` of the solved run (default: the final risk): the pilot
-    run and its rerun on `NODE_FACTOR` times the nodes give the change `δ` of the quantity; with
-    error `∝ n^{-rate}` the pilot's error is `δ/(1 − NODE_FACTOR^{-rate})`, scaled to the target
-    like the field's. The larger count wins, rounded up to a power of two, at most
+    command reports, `quantity(result)` of the solved run (default: the final risk). On the
+    random node sets (`mc`, `qmc`) the pilot's error of the quantity is measured directly: the
+    standard deviation of the quantity over `QUANTITY_REPLICATES` pilot runs on independent
+    node sets (seeds `seed`, `seed + 1`, …, [`replicate_spread`][]), scaled to the target like
+    the field's. On the deterministic `quadrature` nodes the pilot run and its rerun on
+    `NODE_FACTOR` times the nodes give the change `δ`, and the pilot's error is taken as
+    `δ/(1 − NODE_FACTOR^{-1/2})`. The larger count wins, rounded up to a power of two, at most
     `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.
     """
     if cfg.ode.samples != "auto" or cfg.ode.expectation == "exact":
@@ -135,22 +143,41 @@ def sized(cfg: Config, model: Any, ov0: Any, times,
     if cfg.ode.quantity_target is not None:
         q_target = float(cfg.ode.quantity_target)
         of = final_risk_of if quantity is None else quantity
-        try:
-            def run(c: Config, s: Any, t0: float, t1: float) -> Any:
-                return of(solve_problem(_problem(c, model, s, np.asarray(times), {})))
 
-            ch = node_change(run, pilot_cfg, ov0, times[0], times[-1],
-                             run(pilot_cfg, ov0, times[0], times[-1]),
-                             quantity="reported quantity")
-            delta = ch.change
+        def run(c: Config) -> Any:
+            return of(solve_problem(_problem(c, model, ov0, np.asarray(times), {})))
+
+        try:
+            if cfg.ode.expectation in CONVERGENCE_RATE:      # random nodes: replicates
+                q_err = replicate_spread([run(pilot_cfg.replace(**{"ode.seed": cfg.ode.seed + r}))
+                                          for r in range(QUANTITY_REPLICATES)])
+                info.update(pilot_quantity_replicates=QUANTITY_REPLICATES)
+            else:
+                ch = node_change(lambda c, s, t0, t1: run(c), pilot_cfg, ov0, times[0],
+                                 times[-1], run(pilot_cfg), quantity="reported quantity")
+                q_err = ch.change / (1.0 - NODE_FACTOR ** (-rate))
+                info.update(pilot_quantity_change=ch.change)
         except HeadflowError:
-            delta = float("inf")
-        q_err = delta / (1.0 - NODE_FACTOR ** (-rate))
+            q_err = float("inf")
         want = max(want, _scaled(pilot, q_err, q_target, rate))
-        info.update(quantity_target=q_target, pilot_quantity_change=delta,
-                    pilot_quantity_error=q_err)
+        info.update(quantity_target=q_target, pilot_quantity_error=q_err)
     n = int(min(max(2 ** int(np.ceil(np.log2(max(want, 1.0)))), int(pilot)), AUTO_MAX_SAMPLES))
     return cfg.replace(**{"ode.samples": n}), {**info, "samples": n}
+
+
+def replicate_spread(values: list[Any]) -> float:
+    """The error of one run's reported quantity (a number or an array) from its values on
+    independent node sets: the standard deviation over the replicates (`ddof = 1`), the largest
+    over the quantity's entries; inf where an entry is missing or not finite."""
+    arrs = [_as_array(v) for v in values]
+    if len(arrs) < 2 or any(a.shape != arrs[0].shape for a in arrs):
+        return float("inf")
+    stacked = np.stack(arrs)
+    if stacked[0].size == 0:
+        return 0.0
+    if not np.all(np.isfinite(stacked)):
+        return float("inf")
+    return float(np.max(np.std(stacked, axis=0, ddof=1)))
 
 
 def _scaled(pilot: int, err: float, target: float, rate: float) -> float:
