@@ -5,6 +5,7 @@
 - [`head_spread`][] `max_f (max_h α_hf − min_h α_hf)`: 0 when all heads are alike;
 - [`persistent_crossing`][]: the first time a curve reaches a level after its last visit below
   a lower level (hysteresis against noise); with no lower level it is the first crossing;
+  [`crossing_shortfall`][]: how far a curve that does not cross stays below the level;
 - [`escape_time`][]: the end of the unspecialized plateau, the persistent crossing of
   [`ESCAPE_THRESHOLD`][] by the head spread.
 
@@ -68,6 +69,19 @@ def persistent_crossing(t, x, level: float, *, lower: float | None = None) -> fl
     if b == a:
         return float(t[k])
     return float(t[k - 1] + (level - a) / (b - a) * (t[k] - t[k - 1]))
+
+
+def crossing_shortfall(x, level: float, *, lower: float | None = None) -> float:
+    """How far `x (T)` stays from a [`persistent_crossing`][] of `level`: `level − max x` over
+    the points after its last visit below `lower` (default `HYSTERESIS·level`; the last point
+    when that visit is the last point), and 0 when it crosses. The distance by which the curve
+    would have to rise for the crossing to happen within its time window."""
+    x = np.asarray(x, dtype=np.float64)
+    lower = HYSTERESIS * level if lower is None else lower
+    low = np.nonzero(x < lower)[0]
+    start = int(low[-1]) if low.size else -1
+    tail = x[start + 1:] if start + 1 < len(x) else x[-1:]
+    return max(float(level - np.max(tail)), 0.0)
 
 
 def first_crossing(t, x, level: float) -> float | None:

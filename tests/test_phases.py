@@ -4,13 +4,16 @@ anisotropic prior (ODE); and the `headflow phases` command."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from dynamics.measures import persistent_crossing
-from validation.experiments.phases import detect_phases, seed_summary
+from dynamics.measures import crossing_shortfall, persistent_crossing
+from dynamics.ode import NodeChange
+from validation.experiments.convergence import NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED
+from validation.experiments.phases import detect_phases, seed_summary, stage_order_verdict
 
 THETA = 0.2
 
@@ -115,6 +118,46 @@ def test_persistent_crossing_ignores_blips():
     assert persistent_crossing(t, x, 0.2) == pytest.approx(4 + (0.2 - 0.15) / 0.15)
     assert persistent_crossing(t, 0.1 * np.ones(10), 0.2) is None
     assert persistent_crossing(t, np.ones(10), 0.2) == 0.0
+
+
+def test_crossing_shortfall_is_the_distance_to_a_persistent_crossing():
+    x = np.array([0.0, 0.05, 0.15, 0.12])
+    assert crossing_shortfall(x, 0.2) == pytest.approx(0.05)    # tail after t=1: max 0.15
+    assert crossing_shortfall(np.array([0.3, 0.05]), 0.2) == pytest.approx(0.15)  # ends low
+    assert crossing_shortfall(np.array([0.0, 0.1, 0.25]), 0.2) == 0.0
+    # a curve crosses persistently exactly when its shortfall is zero
+    rng = np.random.default_rng(0)
+    t = np.arange(30.0)
+    for _ in range(200):
+        x = np.cumsum(rng.normal(0.0, 0.05, 30)) + rng.uniform(0.0, 0.2)
+        assert (persistent_crossing(t, x, 0.2) is None) == (crossing_shortfall(x, 0.2) > 0)
+
+
+def _phases(times, shortfalls):
+    return dataclasses.replace(detect_phases(np.linspace(0.0, 1.0, 11), *synthetic(
+        np.linspace(0.0, 1.0, 11))), feature_times=tuple(times),
+        feature_shortfalls=tuple(shortfalls))
+
+
+def test_stage_order_verdict_on_a_feature_never_told_apart():
+    # features 2 and 3 never told apart by t = 90 on either node count: the claim 1-2-3 fails,
+    # judged on how far feature 3's spread stays below θ against its change on 4x the nodes
+    ph, fine = _phases((17.6, None, None), (0.0, 0.12, 0.18)), \
+        _phases((18.5, None, None), (0.0, 0.11, 0.17))
+    times = NodeChange(quantity="feature times", samples=2048, samples_fine=8192, t_from=0.0,
+                       t_to=90.0, value=[17.6, 90.0, 90.0], value_fine=[18.5, 90.0, 90.0])
+    v = stage_order_verdict(ph, [0, 1, 2], 90.0, times, fine)
+    assert v.margin == pytest.approx(0.18) and v.change == pytest.approx(0.01)
+    assert v.word == NOT_REPRODUCED and v.numbers["shortfall_feature"] == 3
+    # feature 3 told apart on 4x the nodes: the whole shortfall is the change
+    told = _phases((18.5, None, 80.0), (0.0, 0.11, 0.0))
+    assert stage_order_verdict(ph, [0, 1, 2], 90.0, times, told).word == NOT_RESOLVED
+    # every feature told apart in order: the smallest time gap against the times' change
+    ph3 = _phases((10.0, 20.0, 40.0), (0.0, 0.0, 0.0))
+    moved = NodeChange(quantity="feature times", samples=2048, samples_fine=8192, t_from=0.0,
+                       t_to=90.0, value=[10.0, 20.0, 40.0], value_fine=[10.5, 21.0, 41.0])
+    v = stage_order_verdict(ph3, [0, 1, 2], 90.0, moved, ph3)
+    assert v.margin == pytest.approx(10.0) and v.word == REPRODUCED
 
 
 def test_no_escape_and_seed_summary():

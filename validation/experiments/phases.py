@@ -38,7 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dynamics import ORDER_PARAMETERS, Layout
-from dynamics.measures import ESCAPE_THRESHOLD, alignment, persistent_crossing
+from dynamics.measures import (ESCAPE_THRESHOLD, alignment, crossing_shortfall,
+                               persistent_crossing)
 from dynamics.models.attention import trajectory_risk
 from dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
 
@@ -132,6 +133,9 @@ class Phases:
     final_alignment: np.ndarray
     separation_times: np.ndarray
     feature_times: tuple[float | None, ...] = ()
+    feature_shortfalls: tuple[float, ...] = ()
+    """Per feature, how far its head spread stays below θ ([`crossing_shortfall`][]; 0 for a
+    feature told apart)."""
 
     @property
     def feature_order(self) -> list[int]:
@@ -166,6 +170,7 @@ class Phases:
                 "stages": [s.to_dict() for s in self.stages],
                 "stage_order": [f + 1 for f in self.stage_order],
                 "feature_times": list(self.feature_times),
+                "feature_shortfalls": list(self.feature_shortfalls),
                 "feature_order": [f + 1 for f in self.feature_order],
                 "excursions": [e.to_dict() for e in self.excursions],
                 "assignment": self.assignment()}
@@ -296,10 +301,13 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
     spread_f = alpha.max(axis=1) - alpha.min(axis=1)                     # (T, F)
     feature_times = tuple(persistent_crossing(t, spread_f[:, f], threshold)
                           for f in range(alpha.shape[-1]))
+    shortfalls = tuple(crossing_shortfall(spread_f[:, f], threshold)
+                       for f in range(alpha.shape[-1]))
     return Phases(threshold=float(threshold), plateau_entry=entry, plateau_exit=exit_,
                   plateau_alignment=a_ref, stages=tuple(stages),
                   excursions=tuple(_reversals(t, alpha, threshold, stages)),
-                  final_alignment=alpha[-1], separation_times=sep, feature_times=feature_times)
+                  final_alignment=alpha[-1], separation_times=sep, feature_times=feature_times,
+                  feature_shortfalls=shortfalls)
 
 
 def layout_phases(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout, *,
@@ -369,23 +377,46 @@ def variance_order(cfg) -> list[int] | None:
 def stage_order_verdict(ph: Phases, expected: list[int], t_end: float,
                         check: NodeChange | None, ph_fine: Phases | None = None) -> Claim:
     """"The features are told apart in the order `expected`" (decreasing `Var θ_f`) for one
-    trajectory: holds when `feature_order` is `expected`; the margin is the smallest gap between
-    the (censored, [`censored_feature_times`][]) times of consecutive features of `expected`,
-    the node change that of the censored feature times, and `ph_fine` the phases of the rerun
-    on 4× the nodes (the claim judged there too)."""
+    trajectory, `check` the node change of its censored feature times
+    ([`censored_feature_times`][]) and `ph_fine` the phases of the rerun on 4× the nodes (the
+    claim judged there too). Holds when `feature_order` is `expected`.
+
+    - Every feature of `expected` told apart by `t_end`: the margin is the smallest gap between
+      the times of consecutive features of `expected`, against the change of those times.
+    - A feature of `expected` not told apart by `t_end` (the claim fails within the run): the
+      margin is how far its head spread stays below θ ([`crossing_shortfall`][]), against the
+      change of that shortfall on 4× the nodes (the feature least close to crossing; a feature
+      told apart on 4× the nodes is a change of the whole shortfall). Its censored time says
+      nothing about how far it is from crossing.
+    """
     times = censored_feature_times(ph, t_end)
-    gaps = [times[b] - times[a] for a, b in zip(expected, expected[1:])]
-    margin = float(np.min(np.abs(gaps))) if gaps else float("inf")
     order = "-".join(str(f + 1) for f in expected)
+    numbers = {"feature_order": [f + 1 for f in ph.feature_order],
+               "feature_order_fine": None if ph_fine is None
+               else [f + 1 for f in ph_fine.feature_order],
+               "feature_times": list(ph.feature_times),
+               "feature_times_fine": None if ph_fine is None else list(ph_fine.feature_times),
+               "t_end": float(t_end)}
+    checks: list[NodeChange] = [] if check is None else [check]
+    missing = [f for f in expected if ph.feature_times[f] is None]
+    if missing and ph.feature_shortfalls:
+        f = max(missing, key=lambda k: ph.feature_shortfalls[k])
+        margin = float(ph.feature_shortfalls[f])
+        fine = None if ph_fine is None or not ph_fine.feature_shortfalls \
+            else float(ph_fine.feature_shortfalls[f])
+        numbers.update(shortfall_feature=f + 1, shortfall=margin, shortfall_fine=fine,
+                       threshold=float(ph.threshold))
+        if check is not None:
+            checks = [dataclasses.replace(
+                check, quantity=f"shortfall of the head spread along feature {f + 1} below θ",
+                value=margin, value_fine=fine)]
+    else:
+        gaps = [times[b] - times[a] for a, b in zip(expected, expected[1:])]
+        margin = float(np.min(np.abs(gaps))) if gaps else float("inf")
     return judge(f"features told apart in the order {order} (decreasing Var θ_f)",
-                 ph.feature_order == expected, margin, [] if check is None else [check],
+                 ph.feature_order == expected, margin, checks,
                  holds_fine=None if ph_fine is None else ph_fine.feature_order == expected,
-                 numbers={"feature_order": [f + 1 for f in ph.feature_order],
-                          "feature_order_fine": None if ph_fine is None
-                          else [f + 1 for f in ph_fine.feature_order],
-                          "feature_times": list(ph.feature_times),
-                          "feature_times_fine": None if ph_fine is None
-                          else list(ph_fine.feature_times), "t_end": float(t_end)})
+                 numbers=numbers)
 
 
 def ode_phases_checked(cfg, ov0, times, *, equivariant: bool, threshold: float,
