@@ -144,6 +144,7 @@ def test_replicate_spread_is_the_largest_standard_deviation():
     assert replicate_spread([0.5, 0.5]) == 0.0
     assert replicate_spread([1.0]) == np.inf                            # no spread from one
     assert replicate_spread([1.0, None]) == np.inf                      # a missing value
+    assert replicate_spread([np.array([1.0, 2.0]), np.array([1.0, np.nan])]) == np.inf
     assert replicate_spread([np.ones(2), np.ones(3)]) == np.inf         # shapes differ
 
 
