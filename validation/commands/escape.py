@@ -62,7 +62,11 @@ def register(sub) -> None:
                        "one fitted offset; parameter-free: from the initial perturbation "
                        "alone). Heads are the model's student units "
                        "(committee: hidden units, alignment R/√Q). Writes escape.json, "
-                       "escape.npz, escape.png. See docs/phases.md, docs/sde.md and "
+                       "escape.npz, escape.png. With every default on "
+                       "validation/configs/escape.toml (D = 250…4000, 16 seeds, 64 SDE paths at "
+                       "each of 8 dimensions) it takes about 16 minutes on two CPU cores, 14 of "
+                       "them for the SDE paths (--no-sde, fewer --paths or an empty "
+                       "--extrapolate shorten it). See docs/phases.md, docs/sde.md and "
                        "docs/committee.md.")
     add_config_args(p)
     p.add_argument("--dims", type=dims_list, default=[250, 500, 1000, 2000, 4000],
