@@ -46,6 +46,14 @@ def head_spread(m, q):
     return xp.max(xp.max(a, axis=-2) - xp.min(a, axis=-2), axis=-1)
 
 
+def _last_low(x: np.ndarray, level: float, lower: float | None) -> int:
+    """The index of the last point of `x` below `lower` (default `HYSTERESIS·level`), −1 if
+    none: a crossing of `level` counts only after it."""
+    lower = HYSTERESIS * level if lower is None else lower
+    low = np.nonzero(x < lower)[0]
+    return int(low[-1]) if low.size else -1
+
+
 def persistent_crossing(t, x, level: float, *, lower: float | None = None) -> float | None:
     """The first time `x (T)` reaches `level` after its last visit below `lower` (default
     `HYSTERESIS·level`; `-inf` gives the plain first crossing), linearly interpolated between
@@ -56,9 +64,7 @@ def persistent_crossing(t, x, level: float, *, lower: float | None = None) -> fl
     """
     t = np.asarray(t, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
-    lower = HYSTERESIS * level if lower is None else lower
-    low = np.nonzero(x < lower)[0]
-    start = int(low[-1]) if low.size else -1
+    start = _last_low(x, level, lower)
     above = np.nonzero(x[start + 1:] >= level)[0]
     if above.size == 0:
         return None
@@ -77,9 +83,7 @@ def crossing_shortfall(x, level: float, *, lower: float | None = None) -> float:
     when that visit is the last point), and 0 when it crosses. The distance by which the curve
     would have to rise for the crossing to happen within its time window."""
     x = np.asarray(x, dtype=np.float64)
-    lower = HYSTERESIS * level if lower is None else lower
-    low = np.nonzero(x < lower)[0]
-    start = int(low[-1]) if low.size else -1
+    start = _last_low(x, level, lower)
     tail = x[start + 1:] if start + 1 < len(x) else x[-1:]
     return max(float(level - np.max(tail)), 0.0)
 
