@@ -19,7 +19,7 @@ from dynamics.models.attention import FullField, ManifoldField
 from sims.attention import sgd_step
 
 D = 2000
-N_SGD = 1 << 14
+N_SGD = 1 << 13
 N_ODE = 1 << 15
 FIELDS = ("m", "q", "n", "s", "b", "kv", "kvs", "vks")
 
