@@ -78,6 +78,30 @@ def test_prunable_verdict_margin_and_fine_curve():
     assert v.holds_fine is False and v.word == NOT_RESOLVED
 
 
+def test_prunable_verdict_judges_each_entry_against_its_own_node_change():
+    # the one-hot pruning curve of docs/activations.md (softmax, 4096 -> 16384 nodes): the entry
+    # far above the 5% line (k = 3) moves by 0.022, the ones near it by at most 0.0032
+    e = np.array([-0.0086, -0.0052, -0.0075, 0.1689, 0.8184])
+    e_f = np.array([-0.0084, -0.0055, -0.0043, 0.1471, 0.8237])
+    risk = 0.1729 * 1.05 + e
+    risk[0] = 0.1729
+    v = prunable_verdict("softmax", risk, _change(e, e_f), expected=2)
+    assert v.holds and v.holds_fine and v.word == REPRODUCED
+    # the binding entry is k = 2: margin 0.0075 against its change 0.0032
+    assert v.margin == pytest.approx(0.0075) and v.change == pytest.approx(0.0032)
+    assert "after 2 removals" in v.checks[0].quantity
+    # the same with the largest change over the curve, the old rule: not resolved
+    assert judge("max rule", True, 0.0052, [_change(e, e_f)]).word == NOT_RESOLVED
+    # a near entry whose own change exceeds its margin still leaves it unresolved
+    e_f2 = e_f.copy()
+    e_f2[1] = -0.0107                                        # same sign, moved by 0.0055
+    v = prunable_verdict("softmax", risk, _change(e, e_f2), expected=2)
+    assert v.holds_fine and v.word == NOT_RESOLVED and v.change == pytest.approx(0.0055)
+    # a curve missing on 4x the nodes: no decision
+    v = prunable_verdict("softmax", risk, _change(e, [np.nan] * 5), expected=2)
+    assert v.change == np.inf and v.word == NOT_RESOLVED
+
+
 def test_refined_and_segment_start():
     cfg = _cfg("ode.samples=512")
     assert refined(cfg).ode.samples == NODE_FACTOR * 512

@@ -222,22 +222,34 @@ def excess_over_tolerance(risk, tol: float = PRUNABLE_TOLERANCE) -> np.ndarray:
 def prunable_verdict(activation: str, risk, check: NodeChange | None, expected: int,
                      risk_err=None, tol: float = PRUNABLE_TOLERANCE) -> Claim:
     """"`expected` heads (H − F) can be pruned": the prunable count of the curve `risk` equals
-    `expected`. The count is read off the signs of [`excess_over_tolerance`][] up to one removal
-    past `expected`; the margin is the smallest of those |excess| values, `check` the node
-    change of the excess curve (its `value`/`value_fine`), `risk_err` the curve's sampling
-    errors."""
+    `expected`. The count is read off the signs of [`excess_over_tolerance`][] after
+    k = 1 … `expected` + 1 removals (one past the larger of the count and `expected`), so the
+    claim is decided when each of those entries keeps its sign: its |excess| above its own node
+    change (`check`, the excess curve's `value`/`value_fine`) plus twice the curve's sampling
+    error. The claim's margin and check are those of the entry closest to that bound (the
+    binding entry); an entry far from the 5% line does not lend its larger node change to
+    another one."""
     e = excess_over_tolerance(risk, tol)
     n = prunable_count(risk, tol)
     upto = min(max(n, expected) + 1, len(e) - 1)
-    margin = float(np.min(np.abs(e[1:upto + 1]))) if upto >= 1 else float("inf")
     err = 0.0 if risk_err is None else float(np.max(np.asarray(risk_err)[:upto + 1]))
     fine = None
-    if check is not None and np.all(np.isfinite(np.asarray(check.value_fine, float))):
+    margin = float(np.min(np.abs(e[1:upto + 1]))) if upto >= 1 else float("inf")
+    checks: list[NodeChange] = []
+    if check is not None:
         e_f = np.asarray(check.value_fine, float)
-        over = np.nonzero(e_f > 0)[0]
-        fine = (int(over[0] - 1) if over.size else len(e_f) - 1) == expected
+        if e_f.shape == e.shape and np.all(np.isfinite(e_f)) and upto >= 1:
+            over = np.nonzero(e_f > 0)[0]
+            fine = (int(over[0] - 1) if over.size else len(e_f) - 1) == expected
+            k = 1 + int(np.argmin(np.abs(e[1:upto + 1]) - np.abs(e[1:upto + 1]
+                                                                  - e_f[1:upto + 1])))
+            margin = float(abs(e[k]))
+            checks = [dataclasses.replace(check, quantity=f"{check.quantity}, after {k} removals",
+                                          value=float(e[k]), value_fine=float(e_f[k]))]
+        else:
+            checks = [check]                    # a curve missing on 4x the nodes: change inf
     return judge(f"{activation}: {expected} heads prunable within {100 * tol:g}%", n == expected,
-                 margin, [] if check is None else [check], holds_fine=fine, error=2 * err,
+                 margin, checks, holds_fine=fine, error=2 * err,
                  numbers={"prunable": n, "expected": expected, "risk": np.asarray(risk).tolist(),
                           "excess": e.tolist(),
                           "excess_fine": None if check is None
