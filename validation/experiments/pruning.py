@@ -222,9 +222,9 @@ def excess_over_tolerance(risk, tol: float = PRUNABLE_TOLERANCE) -> np.ndarray:
 def prunable_verdict(activation: str, risk, check: NodeChange | None, expected: int,
                      risk_err=None, tol: float = PRUNABLE_TOLERANCE) -> Claim:
     """"`expected` heads (H − F) can be pruned": the prunable count of the curve `risk` equals
-    `expected`. The count is read off the signs of [`excess_over_tolerance`][] after
-    k = 1 … `expected` + 1 removals (one past the larger of the count and `expected`), so the
-    claim is decided when each of those entries keeps its sign: its |excess| above its own node
+    `expected`. The count is read off the signs of [`excess_over_tolerance`][] after k = 1, 2, …
+    removals, up to one past the larger of the count and `expected`, so the claim is decided
+    when each of those entries keeps its sign: its |excess| above its own node
     change (`check`, the excess curve's `value`/`value_fine`) plus twice the curve's sampling
     error. The claim's margin and check are those of the entry closest to that bound (the
     binding entry); an entry far from the 5% line does not lend its larger node change to
