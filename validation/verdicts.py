@@ -162,8 +162,12 @@ def verdict(a: np.ndarray | Sequence, b: np.ndarray | Sequence, statistic: Stati
         # the bound shrinks like 1/√n; below ~30 runs the bootstrap's quantile is too
         # optimistic, so the scale is the larger of the bound and (1 + z) bootstrap standard
         # deviations (the typical size of a null discrepancy plus the one-sided z of the level)
+        # (a statistic infinite in some resamples, e.g. two sides without spread at one time
+        # and different means there, has no standard deviation: the bound alone sets the scale)
         z = statistics.NormalDist().inv_cdf(1 - level)
-        scale = max(upper, (1 + z) * float(np.std(boot_all, ddof=1)))
+        spread = (float(np.std(boot_all, ddof=1)) if np.all(np.isfinite(boot_all))
+                  else 0.0)
+        scale = max(upper, (1 + z) * spread)
         k = (scale / tolerance) ** 2
     k = max(k, 1.0)
     return result(NOT_RESOLVED, (math.ceil(k * na), math.ceil(k * nb)))
