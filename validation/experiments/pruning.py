@@ -121,9 +121,13 @@ class PruneCurve(eqx.Module):
 
 def prunable_count(risk, tol: float = PRUNABLE_TOLERANCE) -> int:
     """Heads removed before the risk first exceeds `(1 + tol) × risk[0]`."""
-    risk = np.asarray(risk)
-    over = np.nonzero(risk > (1.0 + tol) * risk[0])[0]
-    return int(over[0] - 1) if over.size else len(risk) - 1
+    return _count_before_excess(excess_over_tolerance(risk, tol))
+
+
+def _count_before_excess(excess) -> int:
+    """Removals before the first positive entry of an [`excess_over_tolerance`][] curve."""
+    over = np.nonzero(np.asarray(excess) > 0)[0]
+    return int(over[0] - 1) if over.size else len(excess) - 1
 
 
 def curve_for_order(sub: SubsetRisk, order, criterion: str) -> PruneCurve:
@@ -239,8 +243,7 @@ def prunable_verdict(activation: str, risk, check: NodeChange | None, expected: 
     if check is not None:
         e_f = np.asarray(check.value_fine, float)
         if e_f.shape == e.shape and np.all(np.isfinite(e_f)) and upto >= 1:
-            over = np.nonzero(e_f > 0)[0]
-            fine = (int(over[0] - 1) if over.size else len(e_f) - 1) == expected
+            fine = _count_before_excess(e_f) == expected
             k = 1 + int(np.argmin(np.abs(e[1:upto + 1]) - np.abs(e[1:upto + 1]
                                                                   - e_f[1:upto + 1])))
             margin = float(abs(e[k]))
