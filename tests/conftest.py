@@ -14,9 +14,11 @@
   tests start as subprocesses, and removed at the end (see below).
 - The modules listed in `_FAST_COMPILE`, and the tests marked `fast_compile`, run with
   `jax_disable_most_optimizations` (XLA's LLVM at -O0): they are dominated by compiling many
-  small programs, not by running them, and this cuts their CPU time by a tenth to a third. The
-  flag only changes code generation, not the semantics of the programs (and it is not part of
-  JAX's compilation cache key, so toggling it per module is safe).
+  small programs, not by running them, and this cuts their CPU time by a few percent to a third
+  (a module that runs large programs, such as `test_ode_drift`, gets slower and is left out). The
+  flag only changes code generation, not the semantics of the programs. It is part of JAX's
+  compilation cache key (XLA's debug options), so programs compiled with and without it are
+  separate entries of the session's cache and toggling it per module is safe.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ configure_cache()
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
                  "test_sgd", "test_config_cli", "test_schedule_cli", "test_sde_cli", "test_ode",
                  "test_learning_curve", "test_scaling", "test_phases",
-                 "test_pruning", "test_activations_cmd", "test_fixed_points", "test_convergence"}
+                 "test_pruning", "test_activations_cmd", "test_fixed_points", "test_convergence",
+                 "test_cli_robustness", "test_stability", "test_sde", "test_committee_curve",
+                 "test_symbolic"}
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -8,7 +8,8 @@ printed by the last cell is `verdict: <claim>: <reproduced|not reproduced>: <num
 The kernels share the test session's compilation cache (through JAX's environment variables; a
 notebook itself configures nothing): a program a notebook traces again, or one a test compiled
 before, is read back instead of compiled (the saving: `benchmarks/RESULTS.md`, "The test
-suite").
+suite"). They compile with XLA's optimizations off (`JAX_DISABLE_MOST_OPTIMIZATIONS`), which
+changes code generation only.
 """
 
 from __future__ import annotations
@@ -47,14 +48,17 @@ def test_there_are_notebooks():
 
 
 @pytest.fixture
-def _kernel_cache(monkeypatch):
+def _kernel_env(monkeypatch):
     if os.environ.get("HEADFLOW_CACHE", "1") != "0":
         for option, value in jax_cache_options(cache_root()).items():
             monkeypatch.setenv(option.upper(), str(value))
+    # the kernels compile with XLA's LLVM at -O0, as the compile-bound test modules do
+    # (tests/conftest.py): at SIZE = "ci" a notebook compiles far more than it runs
+    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("_kernel_cache")
+@pytest.mark.usefixtures("_kernel_env")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_states_its_verdict(path):
     nb = nbformat.read(path, as_version=4)
