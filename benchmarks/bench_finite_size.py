@@ -90,7 +90,7 @@ def main() -> None:
     from dynamics import Config
     from dynamics.hooks import state_risk
     from validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
-                                                ode_from_seed_mean)
+                                                ode_from_seed_mean, unit_mean)
 
     text = resources.files("validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(
@@ -111,8 +111,8 @@ def main() -> None:
         sgd, ode, _ = compare(cfg.replace(**{"sim.dim": D}))
         s, o = canonicalize_seeds(sgd.arrays()), canonicalize(ode.arrays())
         r_one = np.asarray(state_risk(model, cfg, ode.overlaps)[0])     # SGD's rule
-        rs, ms = s["risk"], s["m"].mean(axis=2)                     # m̄: (S, T, F)
-        m_ode = o["m"].mean(axis=1)
+        rs, ms = s["risk"], unit_mean(s["m"], 2)                     # m̄: (S, T, F)
+        m_ode = unit_mean(o["m"], 1)
         mean_r, mean_m = rs.mean(axis=0), ms.mean(axis=0)
         dev_own = float(_sup_rel(o["risk"], mean_r))
         dev = float(_sup_rel(r_one, mean_r))
@@ -127,7 +127,7 @@ def main() -> None:
                                                       args.node_check * nodes}), sgd)
             r_fine = np.asarray(state_risk(model, cfg, fine.overlaps)[0])
             node = float(_sup_rel(r_fine, r_one))
-            m_node = float(_sup_abs(fine.arrays()["m"].mean(axis=1)[None], m_ode[None])[0])
+            m_node = float(_sup_abs(unit_mean(fine.arrays()["m"], 1)[None], m_ode[None])[0])
         wall = time.perf_counter() - t0
         resolved = dev > noise + node
         m_resolved = m_dev > m_noise + m_node

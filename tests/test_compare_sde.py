@@ -16,8 +16,8 @@ from _util import xla_optimizations
 from dynamics.measures import escape_quantiles
 from dynamics.ode import run_ode
 from validation.cli import main
-from validation.experiments.compare import (ESCAPE_TOLERANCE, MEAN_TOLERANCE, agreement_verdicts,
-                                            ensemble_moments, escape_array)
+from validation.experiments.compare import (ESCAPE_TOLERANCE, MEAN_TOLERANCE, agreement_report,
+                                            agreement_verdicts, ensemble_moments, escape_array)
 from validation.verdicts import ks_distance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +201,31 @@ def test_small_ensembles_are_not_resolved():
     one = agreement_verdicts(t, np.ones((1, 3)), np.ones((4, 3)), [None], [None] * 4)
     assert one["mean"]["agree"] is None and one["std"]["agree"] is None
     assert one["mean"]["needs"] is None and one["all"] == "not resolved"
+
+
+def test_unit_mean_deviation_is_free_of_the_ordering_bias():
+    """On a plateau of two exchangeable heads, runs `m_ih = m* + ξ_ih` (ξ iid N(0, σ²), fixed
+    in time) against the exact theory `m*`: in canonical order each run's first head is the
+    larger of its two, so the per-head deviation of the seed mean is E max(ξ_1, ξ_2) = σ/√π
+    whatever the number of runs; the unit mean's deviation is the seed mean's noise,
+    σ/√(2S), and equals the direct computation to round-off."""
+    rng = np.random.default_rng(3)
+    S, T, H, sigma, m_star = 4000, 6, 2, 0.02, 0.3
+    layout = d.Layout(names=("m", "q"), per_unit=("m",), unit_by_unit=("q",),
+                      alignment=("m", "q"))
+    xi = sigma * rng.standard_normal((S, 1, H, 1))
+    sgd = {"t": np.linspace(0, 1, T), "risk": np.ones((S, T)), "risk_err": np.zeros((S, T)),
+           "m": m_star + np.broadcast_to(xi, (S, T, H, 1)),
+           "q": np.broadcast_to(np.eye(H), (S, T, H, H))}
+    ode = {"t": sgd["t"], "risk": np.ones(T), "risk_err": np.zeros(T),
+           "m": np.full((T, H, 1), m_star), "q": np.broadcast_to(np.eye(H), (T, H, H))}
+    rep = agreement_report(sgd, ode, dim=1000, seeds=S, layout=layout)["pre_escape"]
+    assert rep["t_end"] == 1.0                                  # no run escaped
+    per_head, mean = rep["m_sup_abs"], rep["m_unit_mean_sup_abs"]
+    assert abs(per_head - sigma / np.sqrt(np.pi)) < 5 * sigma / np.sqrt(S)
+    assert mean == pytest.approx(abs(xi.mean()), rel=1e-9, abs=1e-15)
+    assert mean < 5 * sigma / np.sqrt(H * S) < 0.1 * per_head
+    assert "q_unit_mean_sup_abs" not in rep                     # not a per-unit array
 
 
 def test_moments_and_standard_errors():

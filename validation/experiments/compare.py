@@ -125,8 +125,24 @@ def _deviations(sgd: dict[str, np.ndarray], center: dict[str, np.ndarray], t_pre
         "risk_sup_rel": float((dev[pre] / np.abs(rs[pre])).max()),
         **{f"{n}_sup_abs": _sup(center[n][pre] - sgd[n][:, pre].mean(axis=0))
            for n in layout.names},
+        **{f"{n}_unit_mean_sup_abs": _sup(unit_mean(center[n][pre], 1)
+                                          - unit_mean(sgd[n][:, pre], 2).mean(axis=0))
+           for n in layout.names if n in layout.per_unit},
     }
     return rep
+
+
+def unit_mean(x: np.ndarray, axis: int) -> np.ndarray:
+    """The mean over the units (heads) of a per-unit array whose unit axis is `axis` (1 for one
+    run `(T, units, …)`, 2 for an ensemble `(S, T, units, …)`).
+
+    It needs no order of the units. Before the escape the units are exchangeable, and putting
+    each run in its canonical order ([`canonical_permutation`][]) sorts noisy, nearly equal
+    values: each run's first unit is the larger of them, a bias of the size of one run's
+    fluctuation that averaging over runs does not remove. So on the plateau a per-unit
+    deviation from the theory measures that bias, and the unit mean's deviation
+    (`pre_escape`'s `NAME_unit_mean_sup_abs`) measures the dynamics."""
+    return np.asarray(x).mean(axis=axis)
 
 
 def escapes_of(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout = ATTENTION, *,
