@@ -224,7 +224,7 @@ def test_unit_mean_deviation_is_free_of_the_ordering_bias():
     per_head, mean = rep["m_sup_abs"], rep["m_unit_mean_sup_abs"]
     assert abs(per_head - sigma / np.sqrt(np.pi)) < 5 * sigma / np.sqrt(S)
     assert mean == pytest.approx(abs(xi.mean()), rel=1e-9, abs=1e-15)
-    assert mean < 5 * sigma / np.sqrt(H * S) < 0.1 * per_head
+    assert mean < 5 * sigma / np.sqrt(H * S) and mean < 0.2 * per_head
     assert "q_unit_mean_sup_abs" not in rep                     # not a per-unit array
 
 
