@@ -64,14 +64,6 @@ def _sup_abs(theory: np.ndarray, mean: np.ndarray) -> np.ndarray:
     return d.reshape(d.shape[0], -1).max(axis=1)
 
 
-def _slope(dims: list[int], values: list[float]) -> tuple[float, float]:
-    x, y = np.log(np.asarray(dims, dtype=np.float64)), np.log(np.asarray(values))
-    slope, icpt = np.polyfit(x, y, 1)
-    resid = y - (slope * x + icpt)
-    se = np.sqrt(resid @ resid / max(len(x) - 2, 1) / np.sum((x - x.mean()) ** 2))
-    return float(slope), float(se)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dims", default="1000,10000,100000,1000000")
@@ -91,6 +83,7 @@ def main() -> None:
     from dynamics.hooks import state_risk
     from validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
                                                 ode_from_seed_mean, unit_mean)
+    from validation.experiments.scaling import loglog_fit
 
     text = resources.files("validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(
@@ -108,16 +101,15 @@ def main() -> None:
     rows = []
     for D in [int(float(d)) for d in args.dims.split(",")]:
         t0 = time.perf_counter()
-        sgd, ode, _ = compare(cfg.replace(**{"sim.dim": D}))
+        sgd, ode, report = compare(cfg.replace(**{"sim.dim": D}))
         s, o = canonicalize_seeds(sgd.arrays()), canonicalize(ode.arrays())
         r_one = np.asarray(state_risk(model, cfg, ode.overlaps)[0])     # SGD's rule
         rs, ms = s["risk"], unit_mean(s["m"], 2)                     # m̄: (S, T, F)
         m_ode = unit_mean(o["m"], 1)
         mean_r, mean_m = rs.mean(axis=0), ms.mean(axis=0)
-        dev_own = float(_sup_rel(o["risk"], mean_r))
+        dev_own, m_canonical = report["risk_sup_rel"], report["m_sup_abs"]   # as compare has it
         dev = float(_sup_rel(r_one, mean_r))
         m_dev = float(_sup_abs(m_ode[None], mean_m[None])[0])
-        m_canonical = float(_sup_abs(o["m"][None], s["m"].mean(axis=0)[None])[0])
         idx = rng.integers(0, args.seeds, (args.resamples, args.seeds))
         noise = float(np.quantile(_sup_rel(rs[idx].mean(axis=1), mean_r), 0.95))
         m_noise = float(np.quantile(_sup_abs(ms[idx].mean(axis=1), mean_m[None]), 0.95))
@@ -143,11 +135,13 @@ def main() -> None:
         if len(kept) < 2:
             print(f"log-log slope of the {name} in D: fewer than two resolved points")
             continue
-        slope, se = _slope([k[0] for k in kept], [k[1] for k in kept])
+        fit = loglog_fit([k[0] for k in kept], [k[1] for k in kept])
+        slope, se = fit["slope"], fit["stderr"]
         print(f"log-log slope of the {name} in D over the resolved D = "
               f"{', '.join(str(k[0]) for k in kept)}: {slope:.3f} ± {se:.3f} (expected −1)")
     if len(rows) >= 2:
-        slope, se = _slope([r[0] for r in rows], [r[5] for r in rows])
+        fit = loglog_fit([r[0] for r in rows], [r[5] for r in rows])
+        slope, se = fit["slope"], fit["stderr"]
         print(f"log-log slope of the per-head m deviation in canonical order, all D: "
               f"{slope:.3f} ± {se:.3f} (the ordering's bias: −1/2)")
 
