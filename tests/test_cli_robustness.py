@@ -199,8 +199,8 @@ def test_help_texts(capsys):
     readme = (ROOT / "README.md").read_text()
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
-    assert "about five minutes" in " ".join(capsys.readouterr().out.split())
-    assert "about five minutes" in " ".join(readme.split())
+    assert "under three minutes" in " ".join(capsys.readouterr().out.split())
+    assert "under three minutes" in " ".join(readme.split())
 
 
 # -- interrupts -------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def register(sub) -> None:
                        "distributions (mean, spread, escape times), each verdict agree, "
                        "disagree or not resolved at this size; a few weight-space SGD seeds "
                        "and the D → ∞ ODE are drawn with them. Writes compare.png, "
-                       "report.json and summary.md, in about five minutes on two CPU cores. "
+                       "report.json and summary.md, in under three minutes on two CPU cores. "
                        "Sizes (before --set): " + " ".join(SIZES) + ".")
     add_set_arg(p)
     p.add_argument("--weight-seeds", type=nonneg_int, default=WEIGHT_SEEDS,
