@@ -1,4 +1,5 @@
-"""Benchmark of the committee machine's ODE. Prints three ratios measured in one run:
+"""Benchmark of the committee machine's ODE. Prints three ratios measured in one run, and the
+floor of the first two:
 
 (a) `headflow sweep` of a grid of (η, σ) points (default 8 × 8 = 64; K = 4, M = 2, erf, to
     t = 1000), end to end in a fresh process, against the same points integrated one after the
@@ -12,6 +13,11 @@
 (c) the ODE run against the weight-space SGD it predicts at D = 10⁴, one seed; the SGD is timed
     (compiled) over `--sgd-t` and its cost scaled linearly in the number of steps to t = 1000
     (the cost of an SGD step does not depend on t) (target: ≥ 100× cheaper).
+
+Beside (a) and (b) it prints the floor of both: a fresh process that imports JAX and diffrax
+and runs one jitted diffrax solve of a one-line ODE with its compiled program cached
+(`_jax_floor.py`, no headflow code). No JAX program can take less, so that floor over one
+SciPy run is the best ratio (b) can reach, and the SciPy loop over the floor the best (a) can.
 
 Each `headflow` command runs twice: with an empty compilation cache ("cold") and again with the
 cache it left ("warm"). Usage: `python benchmarks/bench_committee.py [--n-lr 8] [--n-noise 8]
@@ -148,6 +154,15 @@ def main() -> None:
     print(f"(b) headflow ode end to end {ode_s['cold']:.1f} s cold, {ode_s['warm']:.1f} s warm; "
           f"one SciPy run end to end {one_s:.2f} s; ratio {ode_s['cold'] / one_s:.1f} cold, "
           f"{ode_s['warm'] / one_s:.1f} warm (target ≤ 3)", flush=True)
+
+    # the floor of any JAX program: import JAX and diffrax, one jitted solve, cache warm
+    floor_cmd = [sys.executable, str(HERE / "_jax_floor.py"), str(work / "cache_floor")]
+    _run(floor_cmd, env)                                              # fills the cache
+    floor_s = min(_run(floor_cmd, env)[0] for _ in range(3))
+    print(f"(floor) a fresh process importing JAX and diffrax and running one jitted diffrax "
+          f"solve of a one-line ODE, compilation cached (best of 3): {floor_s:.2f} s = "
+          f"{floor_s / one_s:.1f} one SciPy run (the least (b) can reach), {scipy_s / floor_s:.1f}"
+          f" times less than the {n} SciPy runs (the most (a) can reach)", flush=True)
 
     # (c) the ODE against weight-space SGD at D = 10⁴
     if args.skip_sgd:

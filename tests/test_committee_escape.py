@@ -115,19 +115,20 @@ def test_parameter_free_escape_slope():
 @pytest.mark.slow
 def test_escape_distributions_sde_and_sgd(tmp_path):
     """The escape-time samples of SDE paths, weight-space and overlap-space SGD at a small size
-    (D = 400, 8 runs each): every run escapes (at t = 0 where the random start is already past
-    the threshold), the samples are independent (no two equal), and
-    each verdict is one of the three words with its numbers (the KS statistic is the largest
+    (D = 400, 8 runs each, 6 in weight space): every run escapes (at t = 0 where the random
+    start is already past the threshold), the samples are independent (no two equal), and each
+    verdict is one of the three words with its numbers (the KS statistic is the largest
     CDF gap of the two samples, recomputed here)."""
     from validation.experiments.escape import escape_distributions
     from validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
 
     cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
                              "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
-    out = escape_distributions(cfg, 400, 8)
+    out = escape_distributions(cfg, 400, 8, weight_runs=6)
+    assert out["runs"] == {"sde": 8, "weights": 6, "overlaps": 8}
     for name in ("sde", "weights", "overlaps"):
         e = out["times"][name]
-        assert e.shape == (8,) and np.isfinite(e).all() and (e >= 0).all()
+        assert e.shape == (out["runs"][name],) and np.isfinite(e).all() and (e >= 0).all()
         assert len(np.unique(e[e > 0])) == int((e > 0).sum())
     a, b = out["times"]["sde"], out["times"]["weights"]
     x = np.concatenate([a, b])
@@ -139,3 +140,14 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
     assert words <= {AGREE, DISAGREE, NOT_RESOLVED}
     print({k: s["mean"] for k, s in out["stats"].items()},
           {p: (v["ks"]["phrase"], v["spread"]["phrase"]) for p, v in out["verdicts"].items()})
+
+
+def test_escape_distributions_refuses_bad_counts():
+    """No path, or a negative number of weight-space seeds: one error before anything runs."""
+    from dynamics import ConfigError
+    from validation.experiments.escape import escape_distributions
+
+    cfg = load_config(None, [*CONFIG, "sim.dim=400"])
+    for runs, weight_runs in ((0, None), (4, -1)):
+        with pytest.raises(ConfigError, match="escape_distributions"):
+            escape_distributions(cfg, 400, runs, weight_runs=weight_runs)

@@ -41,7 +41,7 @@ import time
 import jax.random as jr
 import numpy as np
 
-from dynamics import Config, DivergenceError, HeadflowError, StepSizes
+from dynamics import Config, ConfigError, DivergenceError, HeadflowError, StepSizes
 from dynamics import analysis as stab
 from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
                                persistent_crossing)
@@ -572,37 +572,50 @@ KS_TOLERANCE = 0.3
 
 
 def escape_distributions(cfg: Config, dim: int, runs: int, *,
-                         threshold: float = ESCAPE_THRESHOLD, progress: bool = False) -> dict:
+                         weight_runs: int | None = None, threshold: float = ESCAPE_THRESHOLD,
+                         progress: bool = False) -> dict:
     """The escape-time distribution from the plateau at one `dim`: `runs` SDE paths, `runs`
-    weight-space and `runs` overlap-space SGD seeds (to `training.t_max`), and the verdicts
-    ([`validation.verdicts.verdict`][]) of the SDE against each SGD ensemble and of the two SGD
-    ensembles against each other, on the KS distance (tolerance [`KS_TOLERANCE`][]) and on the
-    spread (tolerance
+    overlap-space and `weight_runs` (default `runs`) weight-space SGD seeds (to
+    `training.t_max`), and the verdicts ([`validation.verdicts.verdict`][]) of the SDE against
+    each SGD ensemble and of the two SGD ensembles against each other, on the KS distance
+    (tolerance [`KS_TOLERANCE`][]) and on the spread (tolerance
     [`validation.experiments.compare.SPREAD_TOLERANCE`][], as for `compare`). A path or run
-    that does not escape counts as
-    `+∞` in the KS distance; the spread is that of the runs that escaped.
+    that does not escape counts as `+∞` in the KS distance; the spread is that of the runs that
+    escaped. Weight-space seeds cost `O(D)` a step, the others do not: at large D, fewer of
+    them (`weight_runs`; 0 leaves them out, and the pairs with them) keep the run affordable,
+    and the verdicts that involve them are decided at their size.
 
-    **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of `runs`, NaN where censored),
-    `stats` (per ensemble, [`escape_stats`][]) and `verdicts` (per pair, per statistic, the
-    [`validation.verdicts.Verdict`][] as a dict) with `overall`."""
+    **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of their runs, NaN where
+    censored), `runs` (per ensemble), `stats` (per ensemble, [`escape_stats`][]) and `verdicts`
+    (per pair, per statistic, the [`validation.verdicts.Verdict`][] as a dict) with
+    `overall`."""
     from ..verdicts import ks_distance, overall, spread_gap, verdict
 
+    counts = {"sde": int(runs), "weights": int(runs if weight_runs is None else weight_runs),
+              "overlaps": int(runs)}
+    if counts["sde"] < 1 or counts["weights"] < 0:
+        raise ConfigError(f"escape_distributions: runs = {runs} must be >= 1 and weight_runs = "
+                          f"{weight_runs} >= 0")
     times = {"sde": sde_escape_times(cfg, [dim], runs, threshold=threshold,
                                      progress=progress).times[0]}
     for k, space in enumerate(("weights", "overlaps")):
+        if counts[space] == 0:
+            continue
         # independent starts: the two spaces draw a seed's start from the same weights
         c = cfg.replace(**{"sim.space": space, "sim.seed": cfg.sim.seed + k * runs})
-        times[space] = sgd_escape_times(c, [dim], runs, threshold=threshold,
+        times[space] = sgd_escape_times(c, [dim], counts[space], threshold=threshold,
                                         progress=progress)[0][0]
     verdicts: dict = {}
     words = []
     for a, b in (("sde", "weights"), ("sde", "overlaps"), ("weights", "overlaps")):
+        if a not in times or b not in times:
+            continue
         ea, eb = times[a], times[b]
         ks = verdict(ea, eb, ks_distance, tolerance=KS_TOLERANCE)
         sp = verdict(ea[np.isfinite(ea)], eb[np.isfinite(eb)], spread_gap,
                      tolerance=SPREAD_TOLERANCE)
         verdicts[f"{a}_vs_{b}"] = {"ks": ks.to_dict(), "spread": sp.to_dict()}
         words += [ks.word, sp.word]
-    return {"dim": int(dim), "runs": int(runs),
+    return {"dim": int(dim), "runs": {k: n for k, n in counts.items() if k in times},
             "times": times, "stats": {k: escape_stats(v) for k, v in times.items()},
             "verdicts": verdicts, "overall": overall(words)}
