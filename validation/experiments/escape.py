@@ -598,11 +598,14 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
                           f"{weight_runs} >= 0")
     times = {"sde": sde_escape_times(cfg, [dim], runs, threshold=threshold,
                                      progress=progress).times[0]}
-    for k, space in enumerate(("weights", "overlaps")):
+    # independent starts: the two spaces draw a seed's start from the same weights, so the
+    # overlap chain's seeds follow the weight-space ones
+    first = {"weights": cfg.sim.seed, "overlaps": cfg.sim.seed + max(counts["sde"],
+                                                                      counts["weights"])}
+    for space in ("weights", "overlaps"):
         if counts[space] == 0:
             continue
-        # independent starts: the two spaces draw a seed's start from the same weights
-        c = cfg.replace(**{"sim.space": space, "sim.seed": cfg.sim.seed + k * runs})
+        c = cfg.replace(**{"sim.space": space, "sim.seed": first[space]})
         times[space] = sgd_escape_times(c, [dim], counts[space], threshold=threshold,
                                         progress=progress)[0][0]
     verdicts: dict = {}
