@@ -27,6 +27,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, require_x64
 from dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
+from dynamics.ode import BLOWUP, bounded
 from dynamics.sharding import gather, shard_batch
 
 from ._wishart import as_float64, bartlett, chi_square, psd_factor
@@ -152,8 +153,8 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
 
     **Returns:** the states, leaves `(S, T, ...)` (float64).
 
-    **Raises:** [`dynamics.DivergenceError`][] when a run becomes NaN/inf (or, in overlap
-    space, its Gram matrix stops being PSD).
+    **Raises:** [`dynamics.DivergenceError`][] when a run becomes NaN/inf or exceeds
+    `dynamics.ode.BLOWUP` (or, in overlap space, its Gram matrix stops being PSD).
     """
     require_x64("the SGD simulators (their overlaps)")
     dim = int(dim)
@@ -211,7 +212,7 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
 
 
 def _check(carry, states: GramState, space, seeds, dim, steps_at, i, seg, n) -> None:
-    bad = gather(~jnp.all(jnp.isfinite(states.gram), axis=(1, 2, 3)), n)
+    bad = gather(~bounded(states.gram, axis=(1, 2, 3)), n)
     if space == "overlaps":
         fail = np.asarray(gather(carry.fail_step, n))
         if np.any(fail >= 0):
@@ -223,7 +224,8 @@ def _check(carry, states: GramState, space, seeds, dim, steps_at, i, seg, n) -> 
         j = int(np.argmax(np.asarray(bad)))
         t = float(steps_at[min((i + 1) * seg, len(steps_at)) - 1]) / dim
         raise DivergenceError(f"SGD diverged (seed {seeds[j]}, D={dim}): the order parameters "
-                              f"became NaN/inf before t = {t:.4g}; try a smaller training.lr")
+                              f"became NaN/inf or exceeded {BLOWUP:.0e} before t = {t:.4g}; "
+                              "try a smaller training.lr")
 
 
 def _rows_with_gram(key: PRNGKeyArray, gram: Float[Array, "P P"], dim: int

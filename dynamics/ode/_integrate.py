@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._errors import ConfigError, DivergenceError, HeadflowError, require_x64
 from .._stop import check_stop
@@ -49,16 +49,23 @@ def get_solver(name: str) -> dfx.AbstractSolver:
         raise ConfigError(f"ode.solver = {name!r}: cannot be used here ({err})") from None
 
 
+def bounded(x: ArrayLike, axis=None, threshold: float = BLOWUP) -> Array:
+    """Whether the entries of `x` (over `axis`; all of them by default) are finite and below
+    `threshold` in absolute value: the divergence rule, which [`BlowUp`][] applies to the
+    ODE's state and the simulators to their runs."""
+    return jnp.all(jnp.abs(x) < threshold, axis=axis)     # False for NaN and inf
+
+
 class BlowUp(eqx.Module):
-    """The divergence rule, a diffrax event condition: the solve stops once any entry of the
-    state exceeds `threshold` in absolute value or is not finite."""
+    """The divergence rule ([`bounded`][]) as a diffrax event condition: the solve stops once
+    any entry of the state exceeds `threshold` in absolute value or is not finite."""
 
     threshold: float = BLOWUP
 
     def __call__(self, t, y, args, **kwargs) -> Array:
         del t, args, kwargs
-        big = jnp.max(jnp.asarray([jnp.max(jnp.abs(x)) for x in jax.tree.leaves(y)]))
-        return ~(big < self.threshold)  # also true for NaN
+        return ~jnp.all(jnp.stack([bounded(x, threshold=self.threshold)
+                                   for x in jax.tree.leaves(y)]))
 
 
 class Integrator(eqx.Module):

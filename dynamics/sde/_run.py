@@ -21,7 +21,7 @@ from .._stop import check_stop
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
 from ..measures import escape_time
-from ..ode import BLOWUP, model_arrays
+from ..ode import bounded, model_arrays
 from ..sharding import gather, shard_leading
 from ._diffusion import AbstractDiffusion
 from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
@@ -64,7 +64,7 @@ class SDEResult(eqx.Module):
         leaves = [np.asarray(x).reshape(np.shape(self.risk)[0], -1)
                   for x in jax.tree.leaves(self.overlaps)]
         y = np.concatenate(leaves, axis=1)
-        return np.all(np.isfinite(y) & (np.abs(np.nan_to_num(y)) < BLOWUP), axis=1)
+        return np.asarray(bounded(y, axis=1))
 
     def escape_times(self) -> np.ndarray:
         """Each path's escape time (`dynamics.measures.escape_time` of the alignment arrays of

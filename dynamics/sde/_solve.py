@@ -16,7 +16,7 @@ from jaxtyping import Array, Bool, Float, Key, PRNGKeyArray
 
 from .._errors import ConfigError
 from ..fields import AbstractField
-from ..ode import BLOWUP
+from ..ode import bounded
 from ..sharding import per_device
 from ._diffusion import AbstractDiffusion
 
@@ -170,7 +170,7 @@ def in_domain(y: Float[Array, " p"], gram: Float[Array, "P P"], tol: float = 1e-
               ) -> Bool[Array, ""]:
     """Whether the SDE's coordinates `y` are finite and below the blow-up level, and their
     Gram matrix `gram` is PSD: smallest eigenvalue `≥ −tol·max(1, max|Ω|)`."""
-    finite = jnp.all(jnp.isfinite(y)) & jnp.all(jnp.abs(y) < BLOWUP)
+    finite = bounded(y)
     safe = jnp.where(finite, gram, 0.0)
     lam = jnp.linalg.eigvalsh(0.5 * (safe + safe.T))[0]
     scale = jnp.maximum(1.0, jnp.max(jnp.abs(safe)))

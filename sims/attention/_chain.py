@@ -23,6 +23,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes, check_stop,
                       require_x64)
+from dynamics.ode import BLOWUP, bounded
 from dynamics.sharding import gather, shard_batch
 
 from .._runs import save_steps, seed_keys, segment_plan
@@ -289,8 +290,8 @@ def _failure(model: Model, hp: StepSizes, dim: int, seed: int, step: int,
     t = f"t = {step / dim:.6g} (step {step})"
     if not np.isfinite(pivot):
         return DivergenceError(
-            f"SGD in overlap space diverged ({where}): overlaps became NaN/inf at {t}; try a "
-            f"smaller training.lr (now {float(hp.lr):g})")
+            f"SGD in overlap space diverged ({where}): overlaps became NaN/inf or exceeded "
+            f"{BLOWUP:.0e} at {t}; try a smaller training.lr (now {float(hp.lr):g})")
     return DivergenceError(
         f"SGD in overlap space ({where}): the Gram matrix of the weights is not positive "
         f"semi-definite at {t} (relative Cholesky pivot {pivot:.3g})")
@@ -325,8 +326,8 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     **Returns:** the [`dynamics.Overlaps`][] (cross overlaps included) with leaves `(S, T, ...)`.
 
     **Raises:** [`dynamics.DivergenceError`][] (one line, naming the seed and time) when the
-    overlaps become NaN/inf or stop being a valid Gram matrix; [`dynamics.HeadflowError`][]
-    when float64 is off or `dim` is too small.
+    overlaps become NaN/inf, exceed `dynamics.ode.BLOWUP` or stop being a valid Gram matrix;
+    [`dynamics.HeadflowError`][] when float64 is off or `dim` is too small.
     """
     require_x64("the overlap-space SGD simulator")
     dim = int(dim)
@@ -380,7 +381,7 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
             omegas.append(om)
             biases.append(bb)
             fail = np.asarray(fail_step)
-            bad_b = ~np.all(np.isfinite(np.asarray(bb)), axis=(1, 2))
+            bad_b = ~np.asarray(bounded(bb, axis=(1, 2)) & bounded(gather(om, n), axis=(1, 2, 3)))
             if np.any(fail >= 0) or np.any(bad_b):
                 if np.any(fail >= 0):
                     j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))

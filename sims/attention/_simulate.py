@@ -18,6 +18,7 @@ from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teach
                       check_stop, init_weights, make_teacher, population_risk, require_x64,
                       risk_nodes, weights_from_overlaps)
 from dynamics.expectations import MonteCarlo
+from dynamics.ode import BLOWUP, bounded
 from dynamics.sharding import gather, shard_batch
 
 from .._runs import save_steps, seed_keys, segment_plan
@@ -69,7 +70,8 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
 
     **Returns:** a [`Simulation`][].
 
-    **Raises:** [`dynamics.DivergenceError`][] when the overlaps become NaN/inf.
+    **Raises:** [`dynamics.DivergenceError`][] when the overlaps become NaN/inf or exceed
+    `dynamics.ode.BLOWUP`.
     """
     require_x64("the SGD simulator (its overlaps)")
     seeds = [int(s) for s in seeds]
@@ -108,13 +110,13 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
                                  jnp.asarray(counts[i]))
             rows.append(r)
             biases.append(b)
-            bad = gather(~jnp.all(jnp.isfinite(r), axis=(1, 2, 3))
-                         | ~jnp.all(jnp.isfinite(b), axis=(1, 2)), n)
+            bad = gather(~bounded(r, axis=(1, 2, 3)) | ~bounded(b, axis=(1, 2)), n)
             if bool(jnp.any(bad)):
                 idx = int(np.argmax(np.asarray(bad)))
                 raise DivergenceError(
-                    f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf before "
-                    f"t = {float(steps_at[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
+                    f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf or "
+                    f"exceeded {BLOWUP:.0e} before t = "
+                    f"{float(steps_at[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
                     f"training.lr (now {float(hp.lr):g})")
             if bar is not None:
                 bar.update(int(counts[i].sum()))
