@@ -381,13 +381,14 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
             omegas.append(om)
             biases.append(bb)
             fail = np.asarray(fail_step)
-            bad_b = ~np.asarray(bounded(bb, axis=(1, 2)) & bounded(gather(om, n), axis=(1, 2, 3)))
-            if np.any(fail >= 0) or np.any(bad_b):
+            # reduced where the overlaps live: only one flag per seed is collected
+            bad = ~np.asarray(bounded(bb, axis=(1, 2)) & gather(bounded(om, axis=(1, 2, 3)), n))
+            if np.any(fail >= 0) or np.any(bad):
                 if np.any(fail >= 0):
                     j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
                     step, piv = int(fail[j]), float(np.asarray(fail_pivot)[j])
                 else:
-                    j = int(np.argmax(bad_b))
+                    j = int(np.argmax(bad))
                     step, piv = int(steps_at[min((i + 1) * seg, T) - 1]), float("nan")
                 raise _failure(model, hp, dim, seeds[j], step, piv)
             if bar is not None:
