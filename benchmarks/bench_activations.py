@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("root", type=Path)
     ap.add_argument("--only", default=",".join(STUDIES))
     args = ap.parse_args()
-    exe = [sys.executable, "-m", "validation.cli"]
+    exe = [sys.executable, "-m", "headflow.validation.cli"]
     for name in args.only.split(","):
         cmd = exe + STUDIES[name] + ["--out", str(args.root / name), "--json"]
         print("$ headflow " + " ".join(STUDIES[name]) + f" --out {args.root / name} --json",

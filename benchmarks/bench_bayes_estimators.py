@@ -3,12 +3,13 @@
     python benchmarks/bench_bayes_estimators.py [--samples 131072] [--replicates 4]
         [--amplitudes 1,2,3,4] [--configs activations_spike,activations_onehot]
 
-For each config (a discrete prior) and amplitude: the Bayes integral (`dynamics.bayes_risk`) and
-the population risk of the Bayes-softmax construction (`dynamics.bayes_construction`, one head per
-support point, whose risk is `R_Bayes` exactly), each on `--replicates` scrambled-Sobol node sets
-(seeds 0, 1, …). The error of each is the standard deviation of its replicates over
-√replicates; `z` is their difference over the combined error, to be read against Student's t
-with `replicates − 1` degrees of freedom (`t_crit` printed).
+For each config (a discrete prior) and amplitude: the Bayes integral
+(`headflow.dynamics.bayes_risk`) and the population risk of the Bayes-softmax construction
+(`headflow.dynamics.bayes_construction`, one head per support point, whose risk is `R_Bayes`
+exactly), each on `--replicates` scrambled-Sobol node sets (seeds 0, 1, …). The error of each is
+the standard deviation of its replicates over √replicates; `z` is their difference over the
+combined error, to be read against Student's t with `replicates − 1` degrees of freedom (`t_crit`
+printed).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def main() -> int:
     ap.add_argument("--configs", default="activations_spike,activations_onehot")
     args = ap.parse_args()
     jax.config.update("jax_enable_x64", True)
-    import dynamics as d
-    from dynamics.expectations import get_expectation
+    import headflow.dynamics as d
+    from headflow.dynamics.expectations import get_expectation
 
     n = args.replicates
     print(f"{args.samples} QMC nodes, {n} scramblings; |z| < "

@@ -68,7 +68,7 @@ def _run(cmd: list[str], env: dict) -> tuple[float, str]:
 
 
 def _headflow(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "validation", *args]
+    return [sys.executable, "-m", "headflow.validation", *args]
 
 
 def main() -> None:
@@ -85,8 +85,8 @@ def main() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import dynamics as d
-    from dynamics.ode import build
+    import headflow.dynamics as d
+    from headflow.dynamics.ode import build
 
     sys.path.insert(0, str(HERE))
     import _scipy_committee as sc
@@ -168,7 +168,7 @@ def main() -> None:
     if args.skip_sgd:
         return
     import jax.numpy as jnp
-    from sims import run_sgd
+    from headflow.sims import run_sgd
 
     c = cfg.replace(**{"sim.dim": args.sgd_dim, "training.t_max": args.sgd_t,
                        "sim.seeds": 1})

@@ -33,13 +33,13 @@ def main() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from dynamics import Config
-    from validation._json import write as write_json
-    from validation._rundir import run_dir
-    from validation.experiments import escape as esc
-    from validation.plots.phases import plot_escape
+    from headflow.dynamics import Config
+    from headflow.validation._json import write as write_json
+    from headflow.validation._rundir import run_dir
+    from headflow.validation.experiments import escape as esc
+    from headflow.validation.plots.phases import plot_escape
 
-    text = resources.files("validation").joinpath("configs/escape.toml").read_text()
+    text = resources.files("headflow.validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(**{"sim.seeds": args.seeds})
     dims = [int(d) for d in args.dims.split(",")]
 

@@ -35,11 +35,11 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-import dynamics as d
-from dynamics.expectations import QuasiMonteCarlo
-from dynamics.models.attention import key_nodes
-from dynamics.ode import build_field, initial_state
-from dynamics.priors import Gaussian
+import headflow.dynamics as d
+from headflow.dynamics.expectations import QuasiMonteCarlo
+from headflow.dynamics.models.attention import key_nodes
+from headflow.dynamics.ode import build_field, initial_state
+from headflow.dynamics.priors import Gaussian
 
 jax.config.update("jax_enable_x64", True)
 

@@ -79,13 +79,13 @@ def main() -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from dynamics import Config
-    from dynamics.hooks import state_risk
-    from validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
+    from headflow.dynamics import Config
+    from headflow.dynamics.hooks import state_risk
+    from headflow.validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
                                                 ode_from_seed_mean, unit_mean)
-    from validation.experiments.scaling import loglog_fit
+    from headflow.validation.experiments.scaling import loglog_fit
 
-    text = resources.files("validation").joinpath("configs/escape.toml").read_text()
+    text = resources.files("headflow.validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(
         **{"sim.seeds": args.seeds, "sim.space": "overlaps", "training.t_max": args.t_window,
            "output.n_save": 41})

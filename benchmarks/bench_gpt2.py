@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 
-import validation.gpt2 as g  # noqa: E402
+import headflow.validation.gpt2 as g  # noqa: E402
 
 PAPER_CPU_HOURS = 24 / 60 + 37 / 60 + 17 + 7 / 60 + 1 / 60  # the paper's five timings
 
@@ -151,7 +151,8 @@ def bench_loop(tokens: np.ndarray) -> None:
         f"\n[2] experiments 1–4 vectorized vs a direct per-head, per-row, per-N loop  (one layer, "
         f"12 heads, L = {length}; load {_load()})"
     )
-    from validation.gpt2._experiments import _critical_chunk, _distance_chunk, _separability_chunk
+    from headflow.validation.gpt2._experiments import (_critical_chunk, _distance_chunk,
+                                                       _separability_chunk)
 
     model = g.init_gpt2(g.GPT2Config(), jr.key(0))
     out = g.extract(model, jnp.asarray(tokens[0, :length]), ("v", "attn"))

@@ -7,8 +7,8 @@ separately), the best of `--repeat` runs of:
 
 1. the learning curve `LearningCurve(params)` (the solve and the risk on the save grid);
 2. `jax.grad` of the risk at T with respect to every differentiable parameter the config has
-   (`dynamics.models.attention.PARAMS`), with the recursive-checkpoint adjoint (default) and, with
-   `--backsolve`, the backsolve adjoint.
+   (`headflow.dynamics.models.attention.PARAMS`), with the recursive-checkpoint adjoint (default)
+   and, with `--backsolve`, the backsolve adjoint.
 
 `--split` also times, for the default adjoint, where the gradient's time goes: the solve alone
 (no risk on the save grid), the gradient of the risk of the final state alone, and one
@@ -29,9 +29,9 @@ import time
 import equinox as eqx
 import jax
 
-import dynamics as d
-from dynamics.ode import final_risk
-from dynamics.models.attention import LearningCurve
+import headflow.dynamics as d
+from headflow.dynamics.ode import final_risk
+from headflow.dynamics.models.attention import LearningCurve
 
 jax.config.update("jax_enable_x64", True)
 

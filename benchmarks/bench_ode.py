@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.integrate
 
-import dynamics as d
-from dynamics.ode import Integrator, build_field, initial_state, solve
-from sims.attention import simulate
+import headflow.dynamics as d
+from headflow.dynamics.ode import Integrator, build_field, initial_state, solve
+from headflow.sims.attention import simulate
 
 from _numpy_ode import NumpyManifoldRHS
 

@@ -1,5 +1,6 @@
-"""Benchmark: online SGD simulated in overlap space (`sims.attention._chain.simulate_overlaps`)
-against the weight-space simulator (`sims.attention.simulate`), and the full-size equivalence check.
+"""Benchmark: online SGD simulated in overlap space
+(`headflow.sims.attention._chain.simulate_overlaps`) against the weight-space simulator
+(`headflow.sims.attention.simulate`), and the full-size equivalence check.
 
     python benchmarks/bench_overlap_sgd.py [--seeds 16] [--weight-dims 1000,10000,100000]
         [--overlap-dims 1000,10000,100000,1000000] [--repeats 3] [--variants]
@@ -50,9 +51,9 @@ import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 import scipy.stats as st  # noqa: E402
 
-import sims  # noqa: E402
-import sims.attention._chain as oc  # noqa: E402
-from dynamics import Overlaps, StepSizes, load_config  # noqa: E402
+from headflow import sims  # noqa: E402
+import headflow.sims.attention._chain as oc  # noqa: E402
+from headflow.dynamics import Overlaps, StepSizes, load_config  # noqa: E402
 
 CONFIGS = ROOT / "validation" / "configs"
 
@@ -172,7 +173,7 @@ def _gamma_chi_square(key, df):
 
 
 class _Patched:
-    """Replace module attributes of `sims.attention._chain` for the code traced inside."""
+    """Replace module attributes of `headflow.sims.attention._chain` for the code traced inside."""
 
     def __init__(self, **attrs):
         self.attrs, self.saved = attrs, {}

@@ -1,6 +1,6 @@
-"""Benchmark: the SDE ensemble of the overlaps (`dynamics.sde`) against online SGD simulated
-exactly in overlap space (`sims`, `[sim] space = "overlaps"`), and the cost of its two noise
-factors.
+"""Benchmark: the SDE ensemble of the overlaps (`headflow.dynamics.sde`) against online SGD
+simulated exactly in overlap space (`sims`, `[sim] space = "overlaps"`), and the cost of its two
+noise factors.
 
     python benchmarks/bench_sde.py [CONFIG] [--dim 1000] [--paths 64] [--seeds 32]
         [--set section.key=value ...]
@@ -13,8 +13,8 @@ config (default `validation/configs/demo.toml`), the risk recorded on the same n
 the largest |z| of the difference of the mean risks over the saved times (combined standard
 errors), the ratio of the standard deviations of the risk across paths and across seeds
 (averaged over the saved times after t = 0, and at each fifth of the run), the escape-time
-quantiles of both with a two-sample KS p-value (`dynamics.measures.escape_time`), and the wall
-times of both.
+quantiles of both with a two-sample KS p-value (`headflow.dynamics.measures.escape_time`), and the
+wall times of both.
 
 `--solvers`: the drift alone (noise switched off) from three random starts at `--dim`,
 integrated by `tsit5` (`FullField`, 16384 and `[sde] samples_drift` nodes, `rtol = 10⁻⁶`) and
@@ -52,10 +52,10 @@ import scipy.stats as st
 
 jax.config.update("jax_enable_x64", True)
 
-import dynamics as d  # noqa: E402
-import sims  # noqa: E402
-from dynamics.measures import escape_time  # noqa: E402
-from dynamics.sde import build_sde, initial_states, path_keys, run_sde  # noqa: E402
+import headflow.dynamics as d  # noqa: E402
+from headflow import sims  # noqa: E402
+from headflow.dynamics.measures import escape_time  # noqa: E402
+from headflow.dynamics.sde import build_sde, initial_states, path_keys, run_sde  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,9 +149,9 @@ def solvers(cfg: d.Config, dim: int) -> None:
     import equinox as eqx
     import jax.numpy as jnp
 
-    from dynamics.ode import Integrator, build_field, integrate
-    from dynamics.sde import get_sde_solver, solve_paths, step_grid
-    from dynamics.models.attention import unflatten
+    from headflow.dynamics.ode import Integrator, build_field, integrate
+    from headflow.dynamics.sde import get_sde_solver, solve_paths, step_grid
+    from headflow.dynamics.models.attention import unflatten
 
     model = cfg.build_model()
     times = cfg.save_times()

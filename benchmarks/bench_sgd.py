@@ -6,7 +6,8 @@ plain numpy loop.
 Setting: D = 4000, L = 4, H = 2, 16 seeds vmapped, float32, the default configuration otherwise
 (Bayes-softmax, flipped spike, η = η_b = 1, B = 1). Reported, per step and per seed:
 
-- `sims`: `sims.attention.simulate` (jitted `fori_loop` over steps, `vmap` over seeds); the compile
+- `sims`: `headflow.sims.attention.simulate` (jitted `fori_loop` over steps, `vmap` over seeds);
+  the compile
 time
   is measured separately, and the fixed per-call cost (teacher QR, init, transfers) is removed by
   timing two run lengths and taking the difference;
@@ -36,9 +37,9 @@ import jax.numpy as jnp  # noqa: E402
 import jax.random as jr  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)  # overlaps in float64; the simulator asks for float32
-import dynamics  # noqa: E402
-import sims  # noqa: E402
-from dynamics import load_config, make_teacher, sample_data  # noqa: E402
+from headflow import dynamics  # noqa: E402
+from headflow import sims  # noqa: E402
+from headflow.dynamics import load_config, make_teacher, sample_data  # noqa: E402
 
 D, L, H, S = 4000, 4, 2, 16
 
@@ -170,7 +171,8 @@ def bench_numpy(model, hp, steps):
 
 
 def check_numpy_gradients(model):
-    """The numpy closed form equals `sims.attention.field_gradients` (autodiff of `Model.loss`)."""
+    """The numpy closed form equals `headflow.sims.attention.field_gradients` (autodiff of
+    `Model.loss`)."""
     teacher = make_teacher(jr.key(0), D, model.F, model.rho, jnp.float32)
     w = dynamics.init_weights(jr.key(1), H, D, key_std=1.0, value_std=1.0, bias=0.3)
     X, y = sample_data(jr.key(2), teacher, model, 3)
@@ -203,7 +205,7 @@ def _variant_runner(step_fn, model, hp, steps):
 
 
 def _variants(model, hp):
-    from dynamics import Weights
+    from headflow.dynamics import Weights
 
     def sims_step(teacher, w, key):
         return sims.attention.sgd_step(model, hp, teacher, w, key)

@@ -2,9 +2,9 @@
 
 Times, in fresh interpreters and in one run (median of `--repeat` runs each):
 
-1. `python -m validation --help` (target: under 0.5 s on an idle 2-core machine);
-2. `python -m validation ode --help` (same target);
-3. `python -m validation ode validation/configs/demo.toml --set training.t_max=20` repeated
+1. `python -m headflow.validation --help` (target: under 0.5 s on an idle 2-core machine);
+2. `python -m headflow.validation ode --help` (same target);
+3. `python -m headflow.validation ode validation/configs/demo.toml --set training.t_max=20` repeated
    with a warm cache (a private cache folder, filled by one untimed run first; target: under
    3 s end to end);
 4. `python -c "import jax"`, the baseline: what every `--help` paid before.
@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CASES = {
-    "headflow --help": [sys.executable, "-m", "validation", "--help"],
-    "headflow ode --help": [sys.executable, "-m", "validation", "ode", "--help"],
-    "headflow ode, warm cache": [sys.executable, "-m", "validation", "ode",
+    "headflow --help": [sys.executable, "-m", "headflow.validation", "--help"],
+    "headflow ode --help": [sys.executable, "-m", "headflow.validation", "ode", "--help"],
+    "headflow ode, warm cache": [sys.executable, "-m", "headflow.validation", "ode",
                                  "validation/configs/demo.toml", "--set", "training.t_max=20",
                                  "--out", "{out}", "--force"],
     "import jax (baseline)": [sys.executable, "-c", "import jax"],

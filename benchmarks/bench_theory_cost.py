@@ -49,10 +49,10 @@ import numpy as np
 
 jax.config.update("jax_enable_x64", True)
 
-import dynamics as d  # noqa: E402
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo  # noqa: E402
-from dynamics.models.attention import FullField, SampledFullField  # noqa: E402
-from dynamics.ode import Integrator, build_field, initial_state, integrate  # noqa: E402
+import headflow.dynamics as d  # noqa: E402
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo  # noqa: E402
+from headflow.dynamics.models.attention import FullField, SampledFullField  # noqa: E402
+from headflow.dynamics.ode import Integrator, build_field, initial_state, integrate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _reference_sgd import make_run  # noqa: E402

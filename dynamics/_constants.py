@@ -1,9 +1,9 @@
 """Plain constants of `dynamics` that the command line shows in `--help`.
 
-This module imports nothing, so that `validation.commands._light` can load it without running
-`dynamics/__init__.py` (which imports JAX). Each constant is defined here once and re-exported by
-the module that uses it ([`dynamics.measures`][], [`dynamics.expectations`][],
-[`dynamics.analysis`][]).
+This module imports nothing, so that `headflow.validation.commands._light` can load it without
+running `dynamics/__init__.py` (which imports JAX). Each constant is defined here once and
+re-exported by the module that uses it ([`headflow.dynamics.measures`][],
+[`headflow.dynamics.expectations`][], [`headflow.dynamics.analysis`][]).
 """
 
 ESCAPE_THRESHOLD = 0.2

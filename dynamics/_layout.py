@@ -1,7 +1,7 @@
 """How a model's named order parameters are laid out, for the analyses that compare runs
 (`headflow compare`): which names to compare, which axes index the exchangeable student units,
 and which two arrays define the alignment of the units with the teacher's directions
-([`dynamics.measures.alignment`][]), hence the escape from the unspecialized plateau."""
+([`headflow.dynamics.measures.alignment`][]), hence the escape from the unspecialized plateau."""
 
 from __future__ import annotations
 

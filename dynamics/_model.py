@@ -41,8 +41,16 @@ class Model(eqx.Module):
 
     @property
     def layout(self) -> Layout:
-        """The layout of the attention model's order parameters ([`dynamics.Layout`][])."""
+        """The layout of the attention model's order parameters ([`headflow.dynamics.Layout`][])."""
         return ATTENTION
+
+    def escape_observable(self, named) -> object:
+        """The observable whose crossing of the escape threshold is the escape (as for the
+        family, `headflow.dynamics.models.AbstractModel.escape_observable`): the head spread
+        of `m`, `q` ([`headflow.dynamics.measures.head_spread`][]; batch axes kept)."""
+        from .measures import head_spread
+
+        return head_spread(named["m"], named["q"])
 
     def named(self, ov) -> dict:
         """The named order parameters of a state (`m`, `q`, ... as numpy arrays: the `ode.npz`

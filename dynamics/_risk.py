@@ -45,7 +45,7 @@ def split_key_normals(model: Model, x: Float[Array, " d"]):
 def over_theta(model: Model, theta_normals: Float[Array, " dt"], g_star: Float[Array, "F L"],
                fn):
     """`E_θ fn(θ)` at one node whose teacher key normals are `g_star`: an exact sum over a
-    discrete support, or θ from the node ([`dynamics.priors.AbstractPrior.signal_theta`][]:
+    discrete support, or θ from the node ([`headflow.dynamics.priors.AbstractPrior.signal_theta`][]:
     every integrand depends on θ only through `χ*_1 = θ + g*_1`)."""
     thetas, weights = model.prior.signal_theta(theta_normals, g_star[:, SIGNAL])
     values = jax.vmap(fn)(thetas)

@@ -23,8 +23,8 @@ class Schedule(eqx.Module):
 
     `t` is the time of online SGD in `steps/D`. The simulators apply `η(k/D)` at step `k`, and
     the ODEs use `η(t)` at the integration time `t`, both through
-    [`dynamics.StepSizes.at`][]. The knot `values` are the only pytree leaf, so the schedule
-    is differentiable in them. The knot `times` are static: a new set of times is a new
+    [`headflow.dynamics.StepSizes.at`][]. The knot `values` are the only pytree leaf, so the
+    schedule is differentiable in them. The knot `times` are static: a new set of times is a new
     program.
 
     **Fields:** `times` (K increasing times ≥ 0; > 0 for `"log"`), `values` (K step sizes ≥ 0),
@@ -65,8 +65,8 @@ class Schedule(eqx.Module):
     @classmethod
     def from_table(cls, key: str, table: Mapping[str, Any]) -> Schedule:
         """A schedule from its config table `{kind = "linear" | "log", times = [...],
-        values = [...]}`, validated; problems are one-line [`dynamics.ConfigError`][]s naming
-        `key` (e.g. `training.lr_schedule`)."""
+        values = [...]}`, validated; problems are one-line [`headflow.dynamics.ConfigError`][]s
+        naming `key` (e.g. `training.lr_schedule`)."""
         if not isinstance(table, Mapping):
             raise ConfigError(f"{key} = {table!r}: must be a table {{kind = \"linear\" | "
                               "\"log\", times = [...], values = [...]}")

@@ -1,6 +1,6 @@
 """Where the generated symbolic code is kept between processes: set by [`set_source_cache`][]
 without importing sympy (a command that never derives anything does not pay for it), read by
-`dynamics.symbolic` when it generates code."""
+`headflow.dynamics.symbolic` when it generates code."""
 
 from __future__ import annotations
 

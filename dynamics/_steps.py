@@ -18,8 +18,8 @@ class StepSizes(eqx.Module):
     - `lr_bias`: `η_b` (each step moves the biases by `η_b/D` times their gradient);
     - `weight_decay`: `λ` (each step multiplies keys and values by `1 − ηλ/D`);
     - `batch`: `B`, the mini-batch size (the loss is averaged over it);
-    - `lr_schedule`, `lr_bias_schedule`: optional [`dynamics.Schedule`][]s `η(t)`, `η_b(t)`;
-      where set, they replace `lr`, `lr_bias` at every time (`docs/differentiable.md`).
+    - `lr_schedule`, `lr_bias_schedule`: optional [`headflow.dynamics.Schedule`][]s `η(t)`,
+      `η_b(t)`; where set, they replace `lr`, `lr_bias` at every time (`docs/differentiable.md`).
 
     Whoever applies the step sizes at time `t` (`t = k/D` at SGD step `k`, the integration time
     in the ODEs) reads them from [`at`][], so theory and simulation see the same schedule.
@@ -55,7 +55,7 @@ class StepSizes(eqx.Module):
 
     @classmethod
     def from_config(cls, training: Any) -> StepSizes:
-        """From the `[training]` table of a [`dynamics.Config`][] (`lr_schedule`,
+        """From the `[training]` table of a [`headflow.dynamics.Config`][] (`lr_schedule`,
         `lr_bias_schedule` when it sets them)."""
         schedules = {}
         for name in ("lr_schedule", "lr_bias_schedule"):

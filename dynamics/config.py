@@ -25,13 +25,14 @@ from ._model import Model
 from ._schedule import Schedule
 from .activations import activation_class, get_activation
 from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
+from .models import model_class, resolve_kind
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSection:
     """`[model]` of the attention model (`kind = "attention"`, the default); the other kinds
-    bring their own section ([`dynamics.models.model_class`][]`(kind).section`)."""
+    bring their own section ([`headflow.dynamics.models.model_class`][]`(kind).section`)."""
 
     kind: str = "attention"
     L: int = 4
@@ -308,7 +309,7 @@ class Config:
 
     @property
     def model_kind(self) -> str:
-        """`[model] kind`: `"attention"` or a registered model ([`dynamics.models`][])."""
+        """`[model] kind`: `"attention"` or a registered model ([`headflow.dynamics.models`][])."""
         return self.model.kind
 
     def _check_model(self) -> None:
@@ -361,14 +362,14 @@ class Config:
                        str) if isinstance(body, dict) else "attention"
         classes = dict(_SECTIONS)
         if kind != "attention":
-            from .models import model_class
-
+            kind = resolve_kind(kind, None)
+            data = {**data, "model": {**body, "kind": kind}}
             mcls: Any = model_class(kind)
-            classes.update(model=mcls.section, training=mcls.training)
+            classes.update(model=mcls.section(), training=mcls.training())
             if "prior" in data:
                 raise ConfigError(f"[prior] is not used by model.kind = {kind!r} (it "
                                   "describes the attention model's latent directions)")
-            sections.update(model=mcls.section(), training=mcls.training())
+            sections.update(model=classes["model"](kind=kind), training=classes["training"]())
         for name, body in data.items():
             if name not in classes:
                 raise ConfigError(f"unknown config section [{name}]; known sections: "
@@ -473,8 +474,6 @@ def _default_expectation(classes: dict[str, Any], data: dict[str, Any]) -> str:
 
 def model_build(model: Any, training: Any) -> Any:
     """The model object of a non-attention `[model]` and `[training]` section."""
-    from .models import model_class
-
     return model_class(model.kind).from_config(model, training)  # type: ignore[attr-defined]
 
 
@@ -610,6 +609,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
             raise ConfigError(f"config file {p} is a directory") from None
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"config file {p}: invalid TOML ({err})") from None
+        model = data.get("model")
+        if isinstance(model, dict) and isinstance(model.get("kind"), str):
+            # a model file is named relative to the config file
+            model["kind"] = resolve_kind(model["kind"], p.resolve().parent)
     return _with_overrides(data, overrides)
 
 

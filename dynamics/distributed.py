@@ -2,8 +2,8 @@
 
 After [`initialize`][], `jax.devices()` lists the devices of every process, and the batched work
 of headflow (the points of a sweep, the SGD seeds) is sharded over all of them
-([`dynamics.sharding`][]); every process computes its shard and holds the whole result at the
-end. On CPUs the processes exchange data with gloo collectives.
+([`headflow.dynamics.sharding`][]); every process computes its shard and holds the whole result at
+the end. On CPUs the processes exchange data with gloo collectives.
 
 The settings come from the command line (`headflow --distributed`, `--coordinator HOST:PORT`,
 `--num-processes N`, `--process-id I`) or from the environment:

@@ -1,10 +1,10 @@
 """What the generic engine asks of a model: one function per question, dispatched on the
-model's type (`functools.singledispatch`). The generic runs (`dynamics.ode.run_ode`,
-`dynamics.sde.run_sde`, `sims.run_sgd`) call only these and the model's own methods, so they
-hold nothing model-specific.
+model's type (`functools.singledispatch`). The generic runs (`headflow.dynamics.ode.run_ode`,
+`headflow.dynamics.sde.run_sde`, `headflow.sims.run_sgd`) call only these and the model's own
+methods, so they hold nothing model-specific.
 
-The models of the family ([`dynamics.models.AbstractModel`][], whose state is a
-[`dynamics.models.GramState`][]) get the generic implementations, written once in
+The models of the family ([`headflow.dynamics.models.AbstractModel`][], whose state is a
+[`headflow.dynamics.models.GramState`][]) get the generic implementations, written once in
 `dynamics/ode/_models.py` and `dynamics/sde/_models.py`; a model with more structure to exploit
 registers its own (the attention model's: `dynamics/models/attention/`).
 """
@@ -23,7 +23,7 @@ def _unregistered(what: str, model: Any) -> Any:
 @functools.singledispatch
 def field_of(model: Any, cfg: Any, backend: Any, *, sgd_noise: bool, max_group: int) -> Any:
     """The ODE's vector field of `cfg` for `model` on `backend`'s nodes (an
-    [`dynamics.fields.AbstractField`][]), keeping the `η²` terms when `sgd_noise`."""
+    [`headflow.dynamics.fields.AbstractField`][]), keeping the `η²` terms when `sgd_noise`."""
     return _unregistered("field_of", model)
 
 
@@ -72,7 +72,7 @@ def curve_keys(model: Any, cfg: Any) -> tuple[str, ...]:
 @functools.singledispatch
 def sde_terms(model: Any, cfg: Any, drift_backend: Any, noise_backend: Any) -> tuple[Any, Any]:
     """`(drift, diffusion)` of the SDE: the vector field with its `η²` terms, and an
-    [`dynamics.sde.AbstractDiffusion`][] on `noise_backend`'s nodes."""
+    [`headflow.dynamics.sde.AbstractDiffusion`][] on `noise_backend`'s nodes."""
     return _unregistered("sde_terms", model)
 
 
@@ -85,7 +85,7 @@ def start_sampler(model: Any, cfg: Any) -> Any:
 
 @functools.singledispatch
 def check_dim(model: Any, dim: int) -> None:
-    """A [`dynamics.HeadflowError`][] when `dim` is too small for the model (default: any
+    """A [`headflow.dynamics.HeadflowError`][] when `dim` is too small for the model (default: any
     `dim ≥ 1`)."""
     del model
     if dim < 1:

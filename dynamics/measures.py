@@ -6,8 +6,12 @@
 - [`persistent_crossing`][]: the first time a curve reaches a level after its last visit below
   a lower level (hysteresis against noise); with no lower level it is the first crossing;
   [`crossing_shortfall`][]: how far a curve that does not cross stays below the level;
-- [`escape_time`][]: the end of the unspecialized plateau, the persistent crossing of
-  [`ESCAPE_THRESHOLD`][] by the head spread.
+- [`escape_crossing`][]: the escape from the unspecialized plateau, the persistent crossing of
+  [`ESCAPE_THRESHOLD`][] by a run's escape observable (a model declares it:
+  `headflow.dynamics.models.AbstractModel.escape_observable`); [`escape_time`][]: that of the
+  head spread;
+- [`best_alignment`][] `max_f |α_hf|`: the alignment of each unit with its best direction, the
+  escape observable of a model with a single student.
 
 The array functions accept numpy or JAX arrays with any leading axes (JAX ones stay JAX, so
 they can be differentiated); the crossing functions work on one curve sampled on a time grid.
@@ -32,11 +36,22 @@ def _xp(*arrays: Any):
     return jnp if any(isinstance(a, jax.Array) for a in arrays) else np
 
 
-def alignment(m, q):
-    """`α_hf = m_hf / √q_hh` (`|k*_f|²/D = 1`); `m (..., H, F)`, `q (..., H, H)`."""
+def alignment(m, q, t=None):
+    """`α_hf = m_hf / √q_hh` (`|k*_f|²/D = 1`); `m (..., H, F)`, `q (..., H, H)`. With the
+    directions' Gram matrix `t (..., F, F)`, the cosine `m_hf / √(q_hh t_ff)`."""
     xp = _xp(m, q)
     diag = xp.sqrt(xp.clip(xp.diagonal(q, axis1=-2, axis2=-1), 1e-300, None))
-    return m / diag[..., :, None]
+    a = m / diag[..., :, None]
+    if t is None:
+        return a
+    return a / xp.sqrt(xp.clip(xp.diagonal(t, axis1=-2, axis2=-1), 1e-300, None))[..., None, :]
+
+
+def best_alignment(m, q, t=None):
+    """`max_f |α_hf|` ([`alignment`][], with the directions' Gram matrix `t` when given): the
+    alignment of each unit with its best direction, `(..., H)`."""
+    xp = _xp(m, q)
+    return xp.max(xp.abs(alignment(m, q, t)), axis=-1)
 
 
 def head_spread(m, q):
@@ -93,10 +108,17 @@ def first_crossing(t, x, level: float) -> float | None:
     return persistent_crossing(t, x, level, lower=-math.inf)
 
 
+def escape_crossing(t, x, threshold: float = ESCAPE_THRESHOLD) -> float | None:
+    """The escape from the unspecialized plateau of one run, given its escape observable
+    `x (T)` (the head spread, or what the model declares): the [`persistent_crossing`][] of
+    `threshold`; None if it never escapes."""
+    return persistent_crossing(t, x, threshold)
+
+
 def escape_time(t, m, q, threshold: float = ESCAPE_THRESHOLD) -> float | None:
     """The escape from the unspecialized plateau of one run (`m (T, H, F)`, `q (T, H, H)`): the
-    persistent crossing of `threshold` by the [`head_spread`][]; None if it never escapes."""
-    return persistent_crossing(t, head_spread(np.asarray(m), np.asarray(q)), threshold)
+    [`escape_crossing`][] of `threshold` by the [`head_spread`][]; None if it never escapes."""
+    return escape_crossing(t, head_spread(np.asarray(m), np.asarray(q)), threshold)
 
 
 ESCAPE_QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)

@@ -2,8 +2,8 @@
 
 On one device this does nothing. With several (GPUs, CPU devices forced with
 `XLA_FLAGS=--xla_force_host_platform_device_count=N`, or the devices of several processes joined
-by [`dynamics.distributed.initialize`][]), the leading axis of every array is sharded over a
-one-dimensional mesh of all of them (`jax.devices()`), and jitted code that maps over that axis
+by [`headflow.dynamics.distributed.initialize`][]), the leading axis of every array is sharded over
+a one-dimensional mesh of all of them (`jax.devices()`), and jitted code that maps over that axis
 runs in parallel.
 
 A batch of `n` items is padded to a multiple of the device count by repeating its last item

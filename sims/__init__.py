@@ -1,6 +1,6 @@
 """Finite-dimensional online SGD of every model, in weight space and exactly in law in
 overlap space: [`run_sgd`][] for a config; the generic simulators of the model family
-([`simulate_model`][]); the attention model's in [`sims.attention`][]."""
+([`simulate_model`][]); the attention model's in [`headflow.sims.attention`][]."""
 
 from ._simulate import SGDResult as SGDResult
 from ._simulate import run_sgd as run_sgd

@@ -2,8 +2,8 @@
 exactly in law in overlap space, over seeds.
 
 Both simulators draw the fields of a fresh input and differentiate the model's own loss with
-[`dynamics.models.sample_gradients`][], the code the theory averages. One step on a batch of B
-inputs `x_b ~ N(0, I_D)` moves the student rows and the trained scalar parameters by
+[`headflow.dynamics.models.sample_gradients`][], the code the theory averages. One step on a batch
+of B inputs `x_b ~ N(0, I_D)` moves the student rows and the trained scalar parameters by
 
     w ← (1 − ηλ/D) w − (η/(B√D)) Σ_b G_b x_b,      p ← p − (η_p/(BD)) Σ_b ∂ℓ_b/∂p.
 
@@ -25,10 +25,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, require_x64
-from dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
-from dynamics.ode import BLOWUP, bounded
-from dynamics.sharding import gather, shard_batch
+from headflow.dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, require_x64
+from headflow.dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
+from headflow.dynamics.ode import BLOWUP, bounded
+from headflow.dynamics.sharding import gather, shard_batch
 
 from ._wishart import as_float64, bartlett, chi_square, psd_factor
 from ._runs import save_steps, seed_keys, segment_plan
@@ -153,8 +153,8 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
 
     **Returns:** the states, leaves `(S, T, ...)` (float64).
 
-    **Raises:** [`dynamics.DivergenceError`][] when a run becomes NaN/inf or exceeds
-    `dynamics.ode.BLOWUP` (or, in overlap space, its Gram matrix stops being PSD).
+    **Raises:** [`headflow.dynamics.DivergenceError`][] when a run becomes NaN/inf or exceeds
+    `headflow.dynamics.ode.BLOWUP` (or, in overlap space, its Gram matrix stops being PSD).
     """
     require_x64("the SGD simulators (their overlaps)")
     dim = int(dim)

@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import Config, StepSizes
-from dynamics.hooks import state_risk
-from dynamics.models import AbstractModel
-from dynamics.ode import model_arrays
+from headflow.dynamics import Config, StepSizes
+from headflow.dynamics.hooks import state_risk
+from headflow.dynamics.models import AbstractModel
+from headflow.dynamics.ode import model_arrays
 
 from ._models import simulate_model
 from ._runs import save_steps

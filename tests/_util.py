@@ -12,9 +12,9 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from dynamics import Model, Teacher, Weights, make_teacher, sample_data
-from dynamics.activations import activation_names, get_activation
-from dynamics.priors import AbstractPrior, Discrete, FlippedSpike, Gaussian
+from headflow.dynamics import Model, Teacher, Weights, make_teacher, sample_data
+from headflow.dynamics.activations import activation_names, get_activation
+from headflow.dynamics.priors import AbstractPrior, Discrete, FlippedSpike, Gaussian
 
 ACTIVATIONS = activation_names()
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
@@ -91,7 +91,7 @@ def optimized():
 
 
 def sampled_fields(key, teacher: Teacher, model: Model, W, n: int, chunk: int = 4096):
-    """Real finite-D sequences (`dynamics.sample_data`) reduced to their fields:
+    """Real finite-D sequences (`headflow.dynamics.sample_data`) reduced to their fields:
     `λ = X Wᵀ/√D` (n, L, P) and the labels y (n)."""
     # the activation and H do not enter the data: normalize them so that the jitted sampler is
     # compiled once per (prior, L, noise, D, P)
@@ -152,7 +152,7 @@ def off_manifold_state(on_manifold: bool):
     `on_manifold`), shared by the one-step drift and diffusion tests."""
     import jax.numpy as jnp
 
-    import dynamics as d
+    import headflow.dynamics as d
 
     ov = d.Overlaps(m=jnp.array([[0.6], [-0.4]]), q=jnp.array([[1.2, 0.3], [0.3, 0.9]]),
                     n=jnp.array([0.5, 0.3]), s=jnp.array([[0.7, 0.1], [0.1, 0.5]]),

@@ -1,8 +1,8 @@
 """Test-session setup: float64, strict rank promotion, warnings as errors, compile settings.
 
 - jaxtyping checks every `Float[Array, "..."]` annotation of `dynamics`, `sims` and
-  `validation.gpt2` at call time: `pyproject.toml` passes `--jaxtyping-packages` to pytest, whose
-  jaxtyping plugin installs the import hook before any test imports them.
+  `headflow.validation.gpt2` at call time: `pyproject.toml` passes `--jaxtyping-packages` to
+  pytest, whose jaxtyping plugin installs the import hook before any test imports them.
 - JAX's float64 is switched on here (the library never does it behind the host program's back;
   the `headflow` command line does it at start). Tests use float64 wherever accuracy matters and
   ask for float32 explicitly where the simulator's default is meant.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -37,7 +38,7 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 
 from _util import xla_optimizations  # noqa: E402
 
-from validation._cache import configure as configure_cache  # noqa: E402
+from headflow.validation._cache import configure as configure_cache  # noqa: E402
 
 # The command line's caches between runs (JAX's persistent compilation cache and the generated
 # symbolic code) point at a folder made for this session by the controlling process (inherited
@@ -99,9 +100,9 @@ def pytest_unconfigure(config):
 
 
 def pytest_configure(config):
-    for pkg in ("dynamics", "sims", "validation"):
+    for pkg in ("headflow.dynamics", "headflow.sims", "headflow.validation"):
         # module field: a regex matched against the start of the warning's module name
-        config.addinivalue_line("filterwarnings", rf"error::Warning:{pkg}(\.|$)")
+        config.addinivalue_line("filterwarnings", rf"error::Warning:{re.escape(pkg)}(\.|$)")
 
 
 def pytest_report_header(config):

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from dynamics import ConfigError
-from dynamics.activations import (AbstractActivation, BayesSoftmax, Softmax, Softmax1,
+from headflow.dynamics import ConfigError
+from headflow.dynamics.activations import (AbstractActivation, BayesSoftmax, Softmax, Softmax1,
                                   activation_names, get_activation)
 
 NAMES = ("softmax", "softmax1", "bayes_softmax")

@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamics import load_config
-from dynamics.expectations import get_expectation
-from validation.experiments.activations import long_time, mode_config, power_law_slope, with_lr
-from validation.cli import main
-from validation.commands._common import explicit_sgd_noise
+from headflow.dynamics import load_config
+from headflow.dynamics.expectations import get_expectation
+from headflow.validation.experiments.activations import (long_time, mode_config, power_law_slope,
+                                                         with_lr)
+from headflow.validation.cli import main
+from headflow.validation.commands._common import explicit_sgd_noise
 
 TINY = """\
 [model]
@@ -69,7 +70,7 @@ def _run(capsys, argv) -> tuple[dict, str]:
 def test_activations_gradient_flow_unless_asked(tmp_path, capsys):
     """The config default `sgd_noise = true` does not count: the command integrates the
     gradient-flow ODE and says so; an explicit `sgd_noise = true` keeps the η² terms. The
-    reported risks are those of `validation.activations.long_time` in that mode, and every
+    reported risks are those of `headflow.validation.activations.long_time` in that mode, and every
     interface key is present."""
     cfg_path = _write(tmp_path)
     gf, text = _run(capsys, ["activations", str(cfg_path), "--out", str(tmp_path / "gf")]
@@ -156,7 +157,7 @@ def test_project_psd():
     becomes a valid Gram matrix, moving by no more than those eigenvalues."""
     import jax.numpy as jnp
 
-    from dynamics import Overlaps
+    from headflow.dynamics import Overlaps
 
     m = jnp.array([[3.0], [-3.0]])
     n = jnp.array([1.0, 1.0])

@@ -11,10 +11,10 @@ import pytest
 from _util import (Z, make_model, mean_se, sampled_fields, squared_errors, teacher_for,
                    with_activation)
 
-from dynamics import (ConfigError, bayes_construction, bayes_risk, construction_weights,
+from headflow.dynamics import (ConfigError, bayes_construction, bayes_risk, construction_weights,
                       population_risk)
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo, Quadrature
-from dynamics.priors import Discrete, FlippedSpike, Gaussian, OneHot
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo, Quadrature
+from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian, OneHot
 
 POINTS = [[1.5], [-1.0], [0.3]]
 WEIGHTS = [0.3, 0.5, 0.2]

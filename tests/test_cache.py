@@ -1,5 +1,5 @@
-"""The caches between runs (`validation._cache`): JAX's persistent compilation cache and the
-generated symbolic code, in `$HEADFLOW_CACHE_DIR`; a repeated run reads them and gives the same
+"""The caches between runs (`headflow.validation._cache`): JAX's persistent compilation cache and
+the generated symbolic code, in `$HEADFLOW_CACHE_DIR`; a repeated run reads them and gives the same
 results; `--no-cache` and `HEADFLOW_CACHE=0` write nothing."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ def _ode(out: Path, cache: Path, *before: str, enabled: bool = True,
     """`headflow [BEFORE] ode TINY --out OUT` in a subprocess with the cache in `cache`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache),
            "HEADFLOW_CACHE": "1" if enabled else "0"}
-    done = subprocess.run([sys.executable, "-m", "validation", *before, "ode", *TINY, *after,
+    done = subprocess.run([sys.executable, "-m", "headflow.validation", *before, "ode", *TINY,
+                           *after,
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((out / "meta.json").read_text())
@@ -61,14 +62,15 @@ def test_cache_off_writes_nothing(tmp_path):
     assert _files(tmp_path / "c1") == [] and _files(tmp_path / "c2") == []
 
 
-# Runs `headflow ode` through `validation.cli.main` and reports (JSON, last line) its exit
+# Runs `headflow ode` through `headflow.validation.cli.main` and reports (JSON, last line) its exit
 # status and which heavy modules the process imported.
 _REPLAY_PROBE = r"""
 import json, sys
-from validation.cli import main
+from headflow.validation.cli import main
 code = main(sys.argv[1:])
-heavy = ("jax", "sympy", "scipy", "diffrax", "equinox", "matplotlib", "dynamics", "sims")
-print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.modules]}))
+heavy = ("jax", "sympy", "scipy", "diffrax", "equinox", "matplotlib", "headflow.dynamics",
+"headflow.sims") print(json.dumps({"code": code, "imported": [m for m in heavy if m in
+sys.modules]}))
 """
 
 
@@ -105,7 +107,7 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path):
     other = _probe(tmp_path / "c", cache, "--set", "training.t_max=0.25")
     assert "jax" in other["imported"]
     # an existing folder without --force: the full run refuses it, one line, exit 2
-    done = subprocess.run([sys.executable, "-m", "validation", "ode", *TINY, "--out",
+    done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *TINY, "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT),
                                "HEADFLOW_CACHE_DIR": str(cache)})

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from validation.cli import build_parser, main
-from validation.commands._common import MAX_COUNT, MAX_VALUE
+from headflow.validation.cli import build_parser, main
+from headflow.validation.commands._common import MAX_COUNT, MAX_VALUE
 
 PROBES = ("1", "0.5", "250,500", "0.1,1", "softmax", "training.lr")
 """Strings tried on each option's `type=` to find its kind and one valid value."""

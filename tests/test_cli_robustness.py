@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from _util import strict_json as _strict
 from _util import xla_optimizations
-from validation.cli import main
+from headflow.validation.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "sim.dim=50", "--set", "sim.seeds=2", "--set", "training.t_max=1",
@@ -223,7 +223,7 @@ def _start(argv, out: Path) -> subprocess.Popen:
     missing parent."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cwd = next(p for p in out.parents if p.exists())
-    return subprocess.Popen([sys.executable, "-m", "validation", *argv, "--out", str(out)],
+    return subprocess.Popen([sys.executable, "-m", "headflow.validation", *argv, "--out", str(out)],
                             cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
 

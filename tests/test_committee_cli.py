@@ -3,7 +3,7 @@ committee config and write the documented files; the commands written for the at
 that do not apply to it (activations, prune, bayes) refuse it in one line (exit 2, nothing
 written); bad committee configs name their key.
 
-Everything runs in-process (`validation.cli.main`) at tiny sizes, with XLA at -O0 (the runs
+Everything runs in-process (`headflow.validation.cli.main`) at tiny sizes, with XLA at -O0 (the runs
 are compile-bound) and the session's shared compilation cache (tests/conftest.py)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 
 from _util import one_line_error as _one_line_error
 from _util import strict_json as _strict
-from dynamics import load_config
-from validation.cli import main
+from headflow.dynamics import load_config
+from headflow.validation.cli import main
 
 pytestmark = pytest.mark.fast_compile
 
@@ -192,7 +192,7 @@ DOES_NOT_APPLY = {"activations": [], "prune": [], "bayes": []}
 def test_sweep_runs_the_committee(tmp_path, capsys):
     """`sweep` over (η, σ): one vmapped ODE per point, each point's risk equal to a separate
     `ode` run of the same config (the same exact field and integrator)."""
-    from dynamics.ode import run_ode
+    from headflow.dynamics.ode import run_ode
 
     config = _config(tmp_path)
     out = tmp_path / "sw"

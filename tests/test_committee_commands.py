@@ -2,7 +2,7 @@
 shared experiments read the student units' alignment with the teacher's units off the model's
 layout (`(R, Q)`), so each command runs a committee config with the report of the attention
 model; `escape` adds the linear-stability prediction of the symmetric plateau (unit-difference
-modes, `dynamics.analysis.UnitModes`).
+modes, `headflow.dynamics.analysis.UnitModes`).
 
 Tiny runs (K = M = 2 erf units, η = 1, SGD as the exact overlap chain, whose cost per step does
 not depend on D), each well under a minute on two cores. The attention model's outputs of these
@@ -22,8 +22,8 @@ import pytest
 
 from _util import one_line_error as _one_line_error
 from _util import strict_json as _strict
-from dynamics.measures import escape_time, persistent_crossing
-from validation.cli import main
+from headflow.dynamics.measures import escape_time, persistent_crossing
+from headflow.validation.cli import main
 
 pytestmark = pytest.mark.fast_compile
 
@@ -68,7 +68,7 @@ def _run(capsys, argv: list[str]) -> tuple[dict, list[str]]:
 def test_phases_runs_the_committee(tmp_path, capsys):
     """The plateau and the specialization of R from the SGD seeds and the ODE: every seed and
     the ODE escape (the students then align with different teachers, |α| ≈ 1), each escape
-    equal to `dynamics.measures.escape_time` of its (R, Q); the attention-only field option
+    equal to `headflow.dynamics.measures.escape_time` of its (R, Q); the attention-only field option
     is not reported."""
     out = tmp_path / "ph"
     summary, lines = _run(capsys, ["phases", str(_config(tmp_path)), "--out", str(out)])

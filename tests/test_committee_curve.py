@@ -1,7 +1,7 @@
-"""The committee's differentiable learning curves (`dynamics.ode.ModelCurve`, and the SDE
-ensemble's mean, `dynamics.sde.ModelSDECurve`): each equal to its run (`run_ode`, `run_sde`),
-gradients equal to finite differences, and `fit` (`--model ode` and `--model sde`) recovering
-the hyperparameters of a curve it did not see."""
+"""The committee's differentiable learning curves (`headflow.dynamics.ode.ModelCurve`, and the SDE
+ensemble's mean, `headflow.dynamics.sde.ModelSDECurve`): each equal to its run (`run_ode`,
+`run_sde`), gradients equal to finite differences, and `fit` (`--model ode` and `--model sde`)
+recovering the hyperparameters of a curve it did not see."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import jax
 import numpy as np
 import pytest
 
-from dynamics import ConfigError, load_config
-from dynamics.ode import ModelCurve, differentiable_keys, run_ode
-from dynamics.sde import ModelSDECurve, run_sde
-from validation.experiments.fit import fit_curve
+from headflow.dynamics import ConfigError, load_config
+from headflow.dynamics.ode import ModelCurve, differentiable_keys, run_ode
+from headflow.dynamics.sde import ModelSDECurve, run_sde
+from headflow.validation.experiments.fit import fit_curve
 
 pytestmark = pytest.mark.fast_compile
 

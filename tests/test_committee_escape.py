@@ -1,5 +1,5 @@
 """Linear stability of the committee machine's symmetric plateau (docs/committee.md): the
-unit-difference modes (`dynamics.analysis.UnitModes`), the tangent-linear propagator of the
+unit-difference modes (`headflow.dynamics.analysis.UnitModes`), the tangent-linear propagator of the
 generic analysis along the symmetric trajectory against the full nonlinear ODE, and the
 parameter-free escape times it predicts (`∫λ = ½ ln D + c`, slope `1/(2λ)` in ln D), at a
 small size (K = M = 2, erf, closed-form field)."""
@@ -12,9 +12,9 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-from dynamics import analysis as an
-from dynamics import load_config
-from dynamics.ode import Integrator, build, integrate
+from headflow.dynamics import analysis as an
+from headflow.dynamics import load_config
+from headflow.dynamics.ode import Integrator, build, integrate
 
 pytestmark = pytest.mark.fast_compile
 
@@ -119,8 +119,8 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
     start is already past the threshold), the samples are independent (no two equal), and each
     verdict is one of the three words with its numbers (the KS statistic is the largest
     CDF gap of the two samples, recomputed here)."""
-    from validation.experiments.escape import escape_distributions
-    from validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
+    from headflow.validation.experiments.escape import escape_distributions
+    from headflow.validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
 
     cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
                              "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
@@ -144,8 +144,8 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
 
 def test_escape_distributions_refuses_bad_counts():
     """No path, or a negative number of weight-space seeds: one error before anything runs."""
-    from dynamics import ConfigError
-    from validation.experiments.escape import escape_distributions
+    from headflow.dynamics import ConfigError
+    from headflow.validation.experiments.escape import escape_distributions
 
     cfg = load_config(None, [*CONFIG, "sim.dim=400"])
     for runs, weight_runs in ((0, None), (4, -1)):

@@ -29,13 +29,14 @@ import pytest
 from scipy.integrate import solve_ivp
 from scipy.special import erf
 
-from dynamics import StepSizes
-from dynamics.config import Config
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo, Quadrature
-from dynamics.fields import ExactField, ModelField
-from dynamics.models import Committee, GramState, model_risk
-from dynamics.ode import Integrator, integrate, model_arrays, run_ode, states_risk, traced_values
-from dynamics.units import get_unit
+from headflow.dynamics import StepSizes
+from headflow.dynamics.config import Config
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo, Quadrature
+from headflow.dynamics.fields import ExactField, ModelField
+from headflow.dynamics.models import Committee, GramState, model_risk
+from headflow.dynamics.ode import (Integrator, integrate, model_arrays, run_ode, states_risk,
+                                   traced_values)
+from headflow.dynamics.units import get_unit
 
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
 
@@ -241,7 +242,7 @@ def random_state(seed, K, M, *, dim=None):
 
 
 def committee(K, M, A, *, unit="erf", sigma=0.0, train=True):
-    return Committee(K=K, M=M, unit=get_unit(unit), sigma=sigma,
+    return Committee(K=K, M=M, unit=get_unit(unit), noise=sigma,
                      teacher_second_layer=jnp.asarray(A), train_second_layer=train)
 
 
@@ -316,7 +317,7 @@ def test_exact_field_matches_reference(K, M, unit, train, sigma, wd, batch, nois
     eta, eta_v = 0.7, 0.35
     steps = StepSizes(lr=eta, lr_bias=eta_v, weight_decay=wd, batch=batch)
     C, v, A = random_state(10 * K + M, K, M)
-    model = Committee(K=K, M=M, unit=get_unit(unit), sigma=sigma,
+    model = Committee(K=K, M=M, unit=get_unit(unit), noise=sigma,
                       teacher_second_layer=jnp.asarray(A), train_second_layer=train,
                       init_first_std=0.8, init_second=0.6)
     states = [gram_state(C, v, A),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dynamics import load_config
-from validation.experiments.overparam import k_trend
+from headflow.dynamics import load_config
+from headflow.validation.experiments.overparam import k_trend
 
 CONFIG = ["model.kind='committee'", "model.K=2", "model.M=2", "model.activation='erf'",
           "model.noise=0.5", "training.lr=0.5", "training.t_max=500.0", "output.n_save=51"]

@@ -25,13 +25,13 @@ import pytest
 import scipy.stats as st
 from scipy.special import erf
 
-import sims
-from dynamics import StepSizes
-from dynamics.config import Config
-from dynamics.models import Committee, GramState, ModelWeights
-from dynamics.ode import Integrator, model_field, risk_rule, run_ode, solve, states_risk
-from dynamics.units import get_unit
-from sims._models import weight_step
+from headflow import sims
+from headflow.dynamics import StepSizes
+from headflow.dynamics.config import Config
+from headflow.dynamics.models import Committee, GramState, ModelWeights
+from headflow.dynamics.ode import Integrator, model_field, risk_rule, run_ode, solve, states_risk
+from headflow.dynamics.units import get_unit
+from headflow.sims._models import weight_step
 
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
 
@@ -62,13 +62,13 @@ STEP_CASES = {
 
 @pytest.mark.parametrize("case", list(STEP_CASES))
 def test_weight_step_equals_numpy_step(case):
-    """`sims._models.weight_step` on the batch it draws (`X`, `ξ` from `jr.split(key)`, as it
-    draws them) equals the hand-written step to float64 round-off: first layer, second layer
+    """`headflow.sims._models.weight_step` on the batch it draws (`X`, `ξ` from `jr.split(key)`, as
+    it draws them) equals the hand-written step to float64 round-off: first layer, second layer
     (or frozen), teacher untouched."""
     c = STEP_CASES[case]
     K, M, D = 2, 2, 60
     A = np.array([1.0, 0.6])
-    model = Committee(K=K, M=M, unit=get_unit("erf"), sigma=c["sigma"],
+    model = Committee(K=K, M=M, unit=get_unit("erf"), noise=c["sigma"],
                       teacher_second_layer=jnp.asarray(A), train_second_layer=c["train_v"])
     rng = np.random.default_rng(0)
     W, Ws = rng.standard_normal((K, D)), rng.standard_normal((M, D))

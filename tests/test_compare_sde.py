@@ -11,14 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import dynamics as d
+import headflow.dynamics as d
 from _util import xla_optimizations
-from dynamics.measures import escape_quantiles
-from dynamics.ode import run_ode
-from validation.cli import main
-from validation.experiments.compare import (ESCAPE_TOLERANCE, MEAN_TOLERANCE, agreement_report,
-                                            agreement_verdicts, ensemble_moments, escape_array)
-from validation.verdicts import ks_distance
+from headflow.dynamics.measures import escape_quantiles
+from headflow.dynamics.ode import run_ode
+from headflow.validation.cli import main
+from headflow.validation.experiments.compare import (ESCAPE_TOLERANCE, MEAN_TOLERANCE,
+                                                     agreement_report, agreement_verdicts,
+                                                     ensemble_moments, escape_array)
+from headflow.validation.verdicts import ks_distance
 
 ROOT = Path(__file__).resolve().parents[1]
 SETS = ["--set", "model.L=3", "--set", "sim.dim=60", "--set", "sim.seeds=3", "--set",
@@ -110,7 +111,7 @@ def test_compare_ode_keeps_its_report(tmp_path, capsys):
 
 
 def test_demo_summary_states_verdicts(tmp_path, capsys, monkeypatch):
-    from validation.commands import demo
+    from headflow.validation.commands import demo
 
     # the Bayes risk (its own command's tests) would take most of this tiny run
     monkeypatch.setattr(demo, "bayes_summary", lambda cfg, samples: {"bayes_risk": 0.1})

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamics import Config, ConfigError, load_config
-from dynamics.config import parse_value
-from validation.cli import main
+from headflow.dynamics import Config, ConfigError, load_config
+from headflow.dynamics.config import parse_value
+from headflow.validation.cli import main
 
 # -- configuration -----------------------------------------------------------------------------
 
@@ -148,7 +148,7 @@ def test_config_toml_roundtrip(tmp_path):
 def test_warnings_from_our_packages_are_errors():
     """conftest turns warnings raised from dynamics/sims/validation into errors."""
     with pytest.raises(UserWarning):
-        warnings.warn_explicit("x", UserWarning, "f.py", 1, module="dynamics._model")
+        warnings.warn_explicit("x", UserWarning, "f.py", 1, module="headflow.dynamics._model")
     with warnings.catch_warnings(record=True):
         warnings.warn_explicit("x", UserWarning, "f.py", 1, module="dynamicsfoo")
 

@@ -1,19 +1,19 @@
 """Node convergence of long-time verdicts: the final segment rerun on 4× the nodes
-(`dynamics.ode.node_change`), the verdict that turns into "not resolved by the numerics" when
-its margin is below the change (`validation.experiments.convergence`), and `samples = "auto"`
-sized for a target on a reported quantity."""
+(`headflow.dynamics.ode.node_change`), the verdict that turns into "not resolved by the numerics"
+when its margin is below the change (`headflow.validation.experiments.convergence`), and `samples =
+"auto"` sized for a target on a reported quantity."""
 
 import numpy as np
 import pytest
 
-import dynamics as d
-from dynamics.ode import (NODE_FACTOR, QUANTITY_REPLICATES, NodeChange, build, final_risk_of,
-                          node_change, refined, replicate_spread, segment_start, sized,
-                          solve_problem)
+import headflow.dynamics as d
+from headflow.dynamics.ode import (NODE_FACTOR, QUANTITY_REPLICATES, NodeChange, build,
+                                   final_risk_of, node_change, refined, replicate_spread,
+                                   segment_start, sized, solve_problem)
 from scipy.stats import chi2
-from validation.experiments.convergence import (NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED,
+from headflow.validation.experiments.convergence import (NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED,
                                                 below, judge, overall, within)
-from validation.experiments.pruning import prunable_verdict
+from headflow.validation.experiments.pruning import prunable_verdict
 
 
 def _cfg(*extra: str) -> d.Config:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamics.distributed import DistributedError, DistributedSettings
+from headflow.dynamics.distributed import DistributedError, DistributedSettings
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900.0
@@ -49,8 +49,8 @@ def _env(devices: int | None) -> dict[str, str]:
 
 
 def _launch(runs: list[tuple[list[str], Path, dict[str, str]]]) -> list[tuple[int, str, str]]:
-    """Start every `(argv, cwd, env)` of `runs` at once (`python -m validation ARGV` in `cwd`),
-    wait for all of them (at most `TIMEOUT_S` in all), and return `(status, stdout, stderr)`
+    """Start every `(argv, cwd, env)` of `runs` at once (`python -m headflow.validation ARGV` in
+    `cwd`), wait for all of them (at most `TIMEOUT_S` in all), and return `(status, stdout, stderr)`
     of each. On a timeout or any error every process still running is killed."""
     procs = []
     files = []
@@ -60,7 +60,8 @@ def _launch(runs: list[tuple[list[str], Path, dict[str, str]]]) -> list[tuple[in
             out = open(cwd.parent / f"proc{k}.out", "w+")  # noqa: SIM115 - closed below
             err = open(cwd.parent / f"proc{k}.err", "w+")  # noqa: SIM115
             files.append((out, err))
-            procs.append(subprocess.Popen([sys.executable, "-m", "validation", *argv], cwd=cwd,
+            procs.append(subprocess.Popen([sys.executable, "-m", "headflow.validation", *argv],
+                                          cwd=cwd,
                                           env=env, stdout=out, stderr=err))
         deadline = time.monotonic() + TIMEOUT_S
         for p in procs:
@@ -211,7 +212,7 @@ def test_settings_from_flags_and_environment():
     (["--process-id", "-1"], "--process-id '-1': expected an integer >= 0"),
 ])
 def test_bad_settings_are_one_line_errors(argv, message, tmp_path, capsys, monkeypatch):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     for var in ("HEADFLOW_DISTRIBUTED", "HEADFLOW_COORDINATOR", "HEADFLOW_NUM_PROCESSES",
                 "HEADFLOW_PROCESS_ID"):
@@ -224,7 +225,7 @@ def test_bad_settings_are_one_line_errors(argv, message, tmp_path, capsys, monke
 
 
 def test_bad_environment_is_a_one_line_error(tmp_path, monkeypatch, capsys):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     monkeypatch.setenv("HEADFLOW_DISTRIBUTED", "maybe")
     assert main(["sweep", "--grid", "training.lr=1", "--out", str(tmp_path / "o")]) == 2
@@ -243,7 +244,7 @@ def test_no_cluster_is_a_one_line_error():
     """`--distributed` outside any cluster JAX recognizes names the missing settings (in a
     fresh process: `jax.distributed` must start before any JAX computation)."""
     env = _env(None)
-    proc = subprocess.run([sys.executable, "-m", "validation", "--distributed", "sweep",
+    proc = subprocess.run([sys.executable, "-m", "headflow.validation", "--distributed", "sweep",
                            "--grid", "training.lr=1", "--check"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
@@ -259,7 +260,7 @@ def test_per_device_batch():
     device count."""
     import jax
 
-    from dynamics.sharding import padded_size, per_device
+    from headflow.dynamics.sharding import padded_size, per_device
 
     assert [per_device(n, 2) for n in (0, 1, 2, 7, 8, 9)] == [1, 1, 1, 4, 4, 5]
     assert [padded_size(n, 3) for n in (1, 3, 4)] == [3, 3, 6]

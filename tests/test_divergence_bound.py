@@ -1,7 +1,7 @@
 """One divergence rule for every integrator and simulator: an entry that is NaN, infinite or
-above `dynamics.ode.BLOWUP` in absolute value (`dynamics.ode.bounded`). The ODE's event, the
-SDE's domain and the SGD simulators (weight and overlap space, the attention model and the
-committee) all apply it, so a run whose overlaps grow past the level while still finite is
+above `headflow.dynamics.ode.BLOWUP` in absolute value (`headflow.dynamics.ode.bounded`). The ODE's
+event, the SDE's domain and the SGD simulators (weight and overlap space, the attention model and
+the committee) all apply it, so a run whose overlaps grow past the level while still finite is
 stopped with a one-line `DivergenceError`, as the ODE of the same start would be."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import sims
-from dynamics import DivergenceError, load_config
-from dynamics.ode import BLOWUP, BlowUp, bounded
+from headflow import sims
+from headflow.dynamics import DivergenceError, load_config
+from headflow.dynamics.ode import BLOWUP, BlowUp, bounded
 
 
 def test_bounded_is_the_blow_up_event():

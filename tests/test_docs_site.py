@@ -1,7 +1,8 @@
 """The API reference of the documentation site (`mkdocs.yml`, `docs/api/`) covers the public
-modules: every module or package of `dynamics`, `sims`, `validation.experiments` and
-`validation.gpt2` whose name has no leading underscore is rendered by a `::: module` line, so a
-module added without its reference fails here. (`.ci/run` builds the site itself with
+modules: every module or package of `headflow.dynamics`, `headflow.sims`,
+`headflow.validation.experiments` and `headflow.validation.gpt2` whose name has no leading
+underscore is rendered by a `::: module` line, so a module added without its reference fails
+here. (`.ci/run` builds the site itself with
 `mkdocs build --strict`, which fails on an unresolved cross-reference or a page left out.)"""
 
 from __future__ import annotations
@@ -12,16 +13,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Packages whose public submodules (one level down) the reference must render.
-PACKAGES = ["dynamics", "dynamics.models", "sims", "validation", "validation.experiments",
-            "validation.gpt2"]
+PACKAGES = ["headflow.dynamics", "headflow.dynamics.models", "headflow.sims", "headflow.validation",
+            "headflow.validation.experiments", "headflow.validation.gpt2"]
 # Public modules that are not library API: the command line and its plots (documented in the
 # README and by `headflow COMMAND --help`) and the shipped configs.
-NOT_API = {"validation.cli", "validation.commands", "validation.plots", "validation.configs",
-           "validation.gpt2.cli"}
+NOT_API = {"headflow.validation.cli", "headflow.validation.commands", "headflow.validation.plots",
+           "headflow.validation.configs", "headflow.validation.gpt2.cli"}
+
+
+def folder_of(name: str) -> Path:
+    """The repository folder of `headflow.X.Y` (the packages install from `X/`, pyproject.toml)."""
+    head, *rest = name.split(".")
+    assert head == "headflow", name
+    return ROOT.joinpath(*rest)
 
 
 def public_submodules(package: str) -> set[str]:
-    folder = ROOT.joinpath(*package.split("."))
+    folder = folder_of(package)
     names = set()
     for path in folder.iterdir():
         if path.name.startswith(("_", ".")):
@@ -45,8 +53,8 @@ def test_reference_renders_every_public_module():
     missing = sorted(expected - documented - documented_packages)
     assert not missing, f"public modules missing from docs/api/*.md: {missing}"
     stale = sorted(name for name in documented
-                   if not (ROOT.joinpath(*name.split(".")).with_suffix(".py").exists()
-                           or ROOT.joinpath(*name.split("."), "__init__.py").exists()))
+                   if not (folder_of(name).with_suffix(".py").exists()
+                           or (folder_of(name) / "__init__.py").exists()))
     assert not stale, f"docs/api/*.md renders modules that do not exist: {stale}"
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from validation.cli import main
-from validation.experiments.escape import (LinearTheory, calibrate_offset, escape_study, fit_slope,
-                               predicted_slope)
+from headflow.validation.cli import main
+from headflow.validation.experiments.escape import (LinearTheory, calibrate_offset, escape_study,
+                                                    fit_slope, predicted_slope)
 
 DIMS = [250, 500, 1000, 2000]
 
@@ -182,7 +182,7 @@ def test_sgd_escape_slope_agrees_with_linear_stability():
     `tests/test_overlap_sgd.py`), which here is 3-4 times cheaper than the weight-space steps."""
     import tomllib
 
-    from dynamics import Config
+    from headflow.dynamics import Config
 
     cfg = Config.from_dict(tomllib.loads(CI_CONFIG)).replace(**{"sim.space": "overlaps"})
     report, arrays = escape_study(cfg, DIMS, 32, n_times=61)

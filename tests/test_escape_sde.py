@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from validation._json import dumps
-from validation.cli import main
-from validation.commands.escape import extrapolate_list, summary_lines
-from validation.experiments.escape import escape_stats, fit_slope, sde_report
+from headflow.validation._json import dumps
+from headflow.validation.cli import main
+from headflow.validation.commands.escape import extrapolate_list, summary_lines
+from headflow.validation.experiments.escape import escape_stats, fit_slope, sde_report
 
 DIMS = [250, 500, 1000]
 

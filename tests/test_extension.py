@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 from jaxtyping import Array, Float
 
-import dynamics as d
-import sims
-from dynamics.activations import (AbstractActivation, SymbolicDefinition, activation_names,
+import headflow.dynamics as d
+from headflow import sims
+from headflow.dynamics.activations import (AbstractActivation, SymbolicDefinition, activation_names,
                                   register_activation, unregister_activation)
-from dynamics.ode import run_ode
-from dynamics.priors import (AbstractDiscretePrior, Param, prior_kinds, register_prior,
+from headflow.dynamics.ode import run_ode
+from headflow.dynamics.priors import (AbstractDiscretePrior, Param, prior_kinds, register_prior,
                              unregister_prior)
-from dynamics.symbolic import render_activation
-from validation.cli import main
+from headflow.dynamics.symbolic import render_activation
+from headflow.validation.cli import main
 
 
 class Softmax2(AbstractActivation):

@@ -18,10 +18,10 @@ from _util import (ACTIVATIONS, PRIORS, Z, correlated_weights, first_moment_z, m
                    mean_se, prior_covariance, sampled_fields, second_moment_z, squared_errors,
                    teacher_for, with_activation)
 
-from dynamics import (SIGNAL, FieldLaw, Overlaps, bayes_construction, population_risk,
+from headflow.dynamics import (SIGNAL, FieldLaw, Overlaps, bayes_construction, population_risk,
                       weights_from_overlaps)
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
-from dynamics.priors import Discrete
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo
+from headflow.dynamics.priors import Discrete
 
 # -- (a) real sequences at finite D ------------------------------------------------------------
 
@@ -150,7 +150,7 @@ def _overlap_cases():
     # duplicated head (q and r singular) with values correlated with the keys' noise part
     K = jnp.stack([w.K[0], w.K[0], w.K[1]])
     V = jnp.stack([w.V[0], 0.5 * w.K[0] + w.V[1], w.V[1]])
-    from dynamics import Weights
+    from headflow.dynamics import Weights
     w3 = Weights(K=K, V=V, b=jnp.zeros(3))
     ov3 = w3.overlaps(teacher)
     assert float(jnp.linalg.eigvalsh(ov3.r)[0]) < 1e-10
@@ -220,7 +220,7 @@ def test_overlaps_roundtrip_through_weights():
     """`weights_from_overlaps` realizes each case at finite D (the Gram matrix of the built
     weights is the given one), which is the premise of the tests above."""
     for name, ov, rho, _ in overlap_cases():
-        from dynamics import make_teacher
+        from headflow.dynamics import make_teacher
         teacher = make_teacher(jr.key(0), 40, ov.F, rho, dtype=jnp.float64)
         w = weights_from_overlaps(jr.key(1), ov, teacher, rho, dtype=jnp.float64)
         np.testing.assert_allclose(w.overlaps(teacher).gram(rho), ov.gram(rho), atol=1e-10,

@@ -8,16 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import dynamics as d
-from dynamics.activations import get_activation
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
-from dynamics.analysis import (STATIONARY_ATOL, STATIONARY_Z, Chunks, NewtonPolish,
+import headflow.dynamics as d
+from headflow.dynamics.activations import get_activation
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo
+from headflow.dynamics.analysis import (STATIONARY_ATOL, STATIONARY_Z, Chunks, NewtonPolish,
                                StationarityTest, continuation, find_fixed_point, stationarity,
                                stiffness)
-from dynamics.models.attention import ManifoldField
-from dynamics.ode import Integrator
-from dynamics.models.attention import random_start
-from dynamics.priors import Discrete, FlippedSpike
+from headflow.dynamics.models.attention import ManifoldField
+from headflow.dynamics.ode import Integrator
+from headflow.dynamics.models.attention import random_start
+from headflow.dynamics.priors import Discrete, FlippedSpike
 
 from _util import Z, make_model
 

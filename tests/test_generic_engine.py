@@ -2,9 +2,10 @@
 weight-space SGD and the overlap-space chain (`dynamics/fields`, `dynamics/ode`, `dynamics/sde`,
 the modules of `sims` outside `sims/attention`) name none of the attention model's order
 parameters or types, and import neither its package nor another model's; what differs between
-models comes through `dynamics.hooks` and `sims.simulate_states`, dispatched on the model's
-type. Also: every hook has an implementation for both kinds shipped (attention and the family
-of `dynamics.models.AbstractModel`), and an unregistered model type gets a clear error.
+models comes through `headflow.dynamics.hooks` and `headflow.sims.simulate_states`, dispatched on
+the model's type. Also: every hook has an implementation for both kinds shipped (attention and the
+family of `headflow.dynamics.models.AbstractModel`), and an unregistered model type gets a clear
+error.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dynamics
-import sims
-from dynamics import Model, hooks, load_config
-from dynamics.models import AbstractModel
+from headflow import dynamics
+from headflow import sims
+from headflow.dynamics import Model, hooks, load_config
+from headflow.dynamics.models import AbstractModel
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "validation" / "configs"
@@ -102,12 +103,12 @@ def test_attention_is_registered_on_import():
 
 @pytest.mark.slow
 def test_build_turns_a_config_into_objects():
-    """`dynamics.ode.build` is where a config's strings become objects, for every model: the
-    attention model's generated field, the committee's closed forms, and for a unit without
+    """`headflow.dynamics.ode.build` is where a config's strings become objects, for every model:
+    the attention model's generated field, the committee's closed forms, and for a unit without
     closed forms (ReLU) nodes sized by the pilot run of `[ode] samples = "auto"`."""
-    from dynamics.fields import ExactField, ModelField
-    from dynamics.ode import build, error_target, relative_error, solve_problem
-    from dynamics.symbolic import SymbolicField
+    from headflow.dynamics.fields import ExactField, ModelField
+    from headflow.dynamics.ode import build, error_target, relative_error, solve_problem
+    from headflow.dynamics.symbolic import SymbolicField
 
     demo = load_config(CONFIGS / "demo.toml").replace(**{"training.t_max": 1.0,
                                                          "ode.samples": 256})

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from _util import ACTIVATIONS, PRIORS, Z, correlated_weights, make_model, mean_se, teacher_for
 
-import sims
-from dynamics import StepSizes
-from dynamics import SIGNAL, FieldLaw, Overlaps, ValueMoments, Weights, sample_data
+from headflow import sims
+from headflow.dynamics import StepSizes
+from headflow.dynamics import SIGNAL, FieldLaw, Overlaps, ValueMoments, Weights, sample_data
 
 
 def _central_fd(f, x, eps):
@@ -70,8 +70,8 @@ def test_predict_and_loss_definitions(activation):
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_weight_gradients_through_fields(activation, batch):
-    """`sims.attention.field_gradients` (local-field chain rule) against finite differences of the
-    batch-mean loss as a function of the weights K, V, b themselves."""
+    """`headflow.sims.attention.field_gradients` (local-field chain rule) against finite
+    differences of the batch-mean loss as a function of the weights K, V, b themselves."""
     H, L, D = 2, 3, 7
     model = make_model(activation, L=L, H=H, noise=0.3)
     teacher = teacher_for(model, D)

@@ -18,72 +18,32 @@ The model: teacher `y = g(ν) + σζ`, student `ŷ = a g(λ)`, `λ = w·x/√D`,
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import equinox as eqx
 import jax.numpy as jnp
-import jax.random as jr
 import numpy as np
 import pytest
 import scipy.stats as st
-from jaxtyping import Array, Float, PRNGKeyArray, Scalar
+from jaxtyping import Array, Float, Scalar
 
-import sims
-from dynamics import ConfigError, Layout, StepSizes
-from dynamics.config import Config
-from dynamics.expectations import MonteCarlo, Quadrature, QuasiMonteCarlo
-from dynamics.fields import ModelField, has_exact_field
-from dynamics.models import (AbstractModel, GramState, ModelWeights, gaussian_rows,
-                             model_class, model_kinds, model_risk, register_model,
-                             unregister_model)
-from dynamics.ode import model_field, run_ode
-from dynamics.sde import ModelDiffusion, run_sde
+from headflow import sims
+from headflow.dynamics import ConfigError, Layout, StepSizes
+from headflow.dynamics.config import Config
+from headflow.dynamics.expectations import MonteCarlo, Quadrature, QuasiMonteCarlo
+from headflow.dynamics.fields import ModelField, has_exact_field
+from headflow.dynamics.models import (AbstractModel, GramState, Rows, model_class,
+                                      model_kinds, model_risk, param, register_model,
+                                      unregister_model)
+from headflow.dynamics.ode import model_field, run_ode
+from headflow.dynamics.sde import ModelDiffusion, run_sde
 
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
 KIND = "single_index_test"
 
 
 # -- the model: this block is all a new model needs ------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class SingleIndexSection:
-    """`[model]` of `kind = "single_index_test"`."""
-
-    kind: str = KIND
-    noise: float = 0.0
-
-    def validate(self) -> None:
-        if not np.isfinite(self.noise) or self.noise < 0:
-            raise ConfigError(f"model.noise = {self.noise}: must be a finite number >= 0")
-
-
-@dataclasses.dataclass(frozen=True)
-class SingleIndexTraining:
-    """`[training]` of `kind = "single_index_test"`."""
-
-    lr: float = 1.0
-    lr_a: float = 1.0                   # η_a, the step of the second-layer scalar a
-    weight_decay: float = 0.0
-    batch: int = 1
-    init_std: float = 1.0               # w ~ N(0, s² I)
-    init_a: float = 1.0
-    t_max: float = 10.0
-
-    def validate(self) -> None:
-        for key in ("lr", "lr_a", "weight_decay", "init_std"):
-            if not getattr(self, key) >= 0:
-                raise ConfigError(f"training.{key} = {getattr(self, key)}: must be >= 0")
-        if self.batch < 1:
-            raise ConfigError(f"training.batch = {self.batch}: must be >= 1")
-        if not self.t_max > 0:
-            raise ConfigError(f"training.t_max = {self.t_max}: must be > 0")
-
-    @property
-    def lr_bias(self) -> float:
-        return self.lr_a
-
 
 def g(x):
     return jnp.tanh(x)
@@ -93,36 +53,22 @@ class SingleIndex(AbstractModel):
     """Teacher `y = tanh(ν) + σζ`, student `ŷ = a tanh(λ)`; one student and one teacher row."""
 
     kind: ClassVar[str] = KIND
-    section: ClassVar[type] = SingleIndexSection
-    training: ClassVar[type] = SingleIndexTraining
+    rows: ClassVar[Rows] = Rows(students=1, teachers=1, student_std="init_std")
     layout: ClassVar[Layout] = Layout(names=("Q", "R", "a"), per_unit=("R", "a"),
                                       unit_by_unit=("Q",), alignment=("R", "Q"))
+    lr_bias_key: ClassVar[str] = "lr_a"           # η_a, the step of the second-layer scalar a
+    t_max: ClassVar[float] = 10.0
 
-    sigma: Any = 0.0
-    init_std: Any = 1.0
-    init_a: Any = 1.0
-
-    @classmethod
-    def from_config(cls, model: SingleIndexSection, training: SingleIndexTraining
-                    ) -> SingleIndex:
-        return cls(sigma=float(model.noise), init_std=float(training.init_std),
-                   init_a=float(training.init_a))
-
-    @property
-    def n_students(self) -> int:
-        return 1
-
-    @property
-    def n_teachers(self) -> int:
-        return 1
-
-    @property
-    def noise(self) -> Any:
-        return self.sigma
+    noise: Any = param(0.0, ge=0)
+    init_std: Any = param(1.0, section="training", ge=0)     # w ~ N(0, s² I)
+    init_a: Any = param(1.0, section="training")
 
     @property
     def trained(self) -> tuple[str, ...]:
         return ("a",)
+
+    def params0(self) -> dict[str, Array]:
+        return {"a": jnp.full((1,), self.init_a, jnp.float64)}
 
     def predict(self, params: Mapping[str, Array], lam: Float[Array, " 1"]) -> Scalar:
         return params["a"][0] * g(lam[0])
@@ -130,22 +76,6 @@ class SingleIndex(AbstractModel):
     def target(self, params: Mapping[str, Array], lam_star: Float[Array, " 1"]) -> Scalar:
         del params
         return g(lam_star[0])
-
-    def named(self, state: GramState) -> dict[str, Array]:
-        om = state.gram            # the committee's conventions: Q (1, 1), R (1, 1), T, a (1)
-        return {"Q": om[..., :1, :1], "R": om[..., :1, 1:], "T": om[..., 1:, 1:],
-                "a": state.params["a"]}
-
-    def init_weights(self, key: PRNGKeyArray, dim: int, dtype: Any = jnp.float64
-                     ) -> ModelWeights:
-        ks, kt = jr.split(key)
-        return ModelWeights(students=gaussian_rows(ks, 1, dim, self.init_std, dtype),
-                            teachers=gaussian_rows(kt, 1, dim, 1.0, dtype),
-                            params={"a": jnp.full((1,), self.init_a, jnp.float64)})
-
-    def limit_state(self) -> GramState:
-        gram = jnp.diag(jnp.array([self.init_std**2, 1.0], jnp.float64))
-        return GramState(gram=gram, params={"a": jnp.full((1,), self.init_a, jnp.float64)})
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +133,7 @@ SDE_DT, NOISE_NODES = 0.25, 1024
 
 
 def make_model() -> SingleIndex:
-    return SingleIndex(sigma=SIGMA, init_std=INIT_STD, init_a=INIT_A)
+    return SingleIndex(noise=SIGMA, init_std=INIT_STD, init_a=INIT_A)
 
 
 def test_registered(registered):
@@ -407,8 +337,8 @@ def test_config_sections(cfg):
     in, unknown keys and bad values one-line errors) and builds the objects checked in (a):
     the model, the step sizes, the drift on the same nodes; with no closed forms the
     expectation defaults to QMC nodes."""
-    assert isinstance(cfg.model, SingleIndexSection) and cfg.model.noise == SIGMA
-    assert isinstance(cfg.training, SingleIndexTraining) and cfg.training.weight_decay == 0.0
+    assert type(cfg.model) is SingleIndex.section() and cfg.model.noise == SIGMA
+    assert type(cfg.training) is SingleIndex.training() and cfg.training.weight_decay == 0.0
     assert cfg.build_model() == make_model()
     assert StepSizes.from_config(cfg.training) == STEPS
     field = model_field(cfg)

@@ -1,4 +1,4 @@
-"""The Gaussian moment identities of `dynamics.fields` (Isserlis/Wick with means), checked
+"""The Gaussian moment identities of `headflow.dynamics.fields` (Isserlis/Wick with means), checked
 exactly against derivatives of the moment-generating function, and numerically."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import sympy as sp
 
-from dynamics.fields import fourth_moment, third_moment
+from headflow.dynamics.fields import fourth_moment, third_moment
 
 
 def _mgf_moments():

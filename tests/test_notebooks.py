@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from validation._cache import cache_root, jax_cache_options
+from headflow.validation._cache import cache_root, jax_cache_options
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 VERDICT = re.compile(r"^verdict: [^:]+: (reproduced|not reproduced): .+$")

@@ -9,13 +9,13 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import dynamics as d
+import headflow.dynamics as d
 from _util import ACTIVATIONS
 
-from dynamics import StepSizes
-from dynamics.models.attention import FullField, ManifoldField, SampledFullField
-from dynamics.ode import Integrator, integrate, run_ode
-from dynamics.models.attention import random_start, symmetric_start
+from headflow.dynamics import StepSizes
+from headflow.dynamics.models.attention import FullField, ManifoldField, SampledFullField
+from headflow.dynamics.ode import Integrator, integrate, run_ode
+from headflow.dynamics.models.attention import random_start, symmetric_start
 
 _with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
@@ -281,10 +281,10 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     with the chosen count the measured error is within a factor 2 of the target (the sizing
     assumes the backend's convergence rate). `rhs = "auto"` is the generated code on the
     manifold for a derived activation, autodiff for the full form."""
-    from dynamics.expectations import AUTO_MAX_SAMPLES
-    from dynamics.ode import error_target, sized
-    from dynamics.models.attention import resolved_rhs
-    from dynamics.ode._run import AUTO_PILOT
+    from headflow.dynamics.expectations import AUTO_MAX_SAMPLES
+    from headflow.dynamics.ode import error_target, sized
+    from headflow.dynamics.models.attention import resolved_rhs
+    from headflow.dynamics.ode._run import AUTO_PILOT
 
     base = ["training.t_max=2", "output.n_save=5", "model.L=3", "ode.samples=\"auto\"",
             "ode.expectation=\"qmc\""]

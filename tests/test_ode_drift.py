@@ -13,10 +13,10 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import dynamics as d
-from dynamics import StepSizes
-from dynamics.models.attention import FullField, ManifoldField
-from sims.attention import sgd_step
+import headflow.dynamics as d
+from headflow.dynamics import StepSizes
+from headflow.dynamics.models.attention import FullField, ManifoldField
+from headflow.sims.attention import sgd_step
 
 D = 2000
 N_SGD = 1 << 13

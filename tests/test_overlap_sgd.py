@@ -1,6 +1,6 @@
-"""Online SGD in overlap space (`sims.attention._chain`, `docs/overlap-sgd.md`): the one-step map
-against the weight-space step to round-off, the whitening/Wishart decomposition of the token
-Gram matrix, the exact χ² and initial-state samplers, equivalence in law with the weight-space
+"""Online SGD in overlap space (`headflow.sims.attention._chain`, `docs/overlap-sgd.md`): the
+one-step map against the weight-space step to round-off, the whitening/Wishart decomposition of the
+token Gram matrix, the exact χ² and initial-state samplers, equivalence in law with the weight-space
 simulator (two-sample KS), reproducibility, failures, frozen values, batches, weight decay."""
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import scipy.stats as st
 from _util import (Z, correlated_weights, make_model, optimized, teacher_for,
                    xla_optimizations)
 
-import sims
-from dynamics import (DivergenceError, HeadflowError, Overlaps, StepSizes, Weights,
+from headflow import sims
+from headflow.dynamics import (DivergenceError, HeadflowError, Overlaps, StepSizes, Weights,
                       sample_data)
-from dynamics.models.attention import random_start
-from dynamics.priors import Discrete, FlippedSpike
-from sims._wishart import bartlett, chi_square, psd_factor
-from sims.attention._chain import (expand_overlaps, gram_update, initial_gram, n_rows,
+from headflow.dynamics.models.attention import random_start
+from headflow.dynamics.priors import Discrete, FlippedSpike
+from headflow.sims._wishart import bartlett, chi_square, psd_factor
+from headflow.sims.attention._chain import (expand_overlaps, gram_update, initial_gram, n_rows,
                                    reduce_overlaps, simulate_overlaps)
 
 
@@ -54,8 +54,8 @@ ONE_STEP = {
 
 @eqx.filter_jit
 def _weight_space_step(model, hp, D: int, key):
-    """Off-manifold weights (every Gram block O(1)), one `sims.attention.sgd_step` on a batch, and
-    that
+    """Off-manifold weights (every Gram block O(1)), one `headflow.sims.attention.sgd_step` on a
+    batch, and that
     batch's fields and token Gram matrix."""
     teacher = teacher_for(model, D, seed=1)
     w = correlated_weights(jr.key(2), teacher, model.H)
@@ -73,8 +73,8 @@ def _weight_space_step(model, hp, D: int, key):
 @pytest.mark.parametrize("case", list(ONE_STEP))
 def test_one_step_map_equals_weight_space_step(case):
     """`gram_update` with the true fields and token Gram matrix of one batch gives the Gram
-    matrix after `sims.attention.sgd_step` on that batch, to float64 round-off (weight decay, batch,
-    label noise, frozen values included)."""
+    matrix after `headflow.sims.attention.sgd_step` on that batch, to float64 round-off (weight
+    decay, batch, label noise, frozen values included)."""
     o = ONE_STEP[case]
     model = make_model(o.get("activation", "bayes_softmax"), L=3, H=2, prior=o.get("prior"),
                        noise=o.get("noise", 0.0), rho=o.get("rho", 1.0),
@@ -175,7 +175,8 @@ def test_chi_square_is_exact(df):
 @pytest.mark.parametrize("train_values", [True, False])
 def test_initial_law_matches_random_start(train_values):
     """`initial_gram` (Gram matrix drawn in law) against the overlaps of actual random weights
-    and teachers at the same D (`dynamics.models.attention.random_start`): KS on every entry."""
+    and teachers at the same D (`headflow.dynamics.models.attention.random_start`): KS on every
+    entry."""
     model = make_model(L=3, H=2, rho=1.7, train_values=train_values)
     D, n = 30, 600
     std = dict(key_std=0.4, value_std=0.7, bias=0.25)
@@ -360,7 +361,7 @@ def test_config_space_dispatch_is_the_chain():
     """`run_sgd` with `sim.space = "overlaps"` is `simulate_overlaps` of the configured model,
     step sizes, seeds and initialization, bit for bit, with the same `sgd.npz` keys and shapes
     as the weight-space run."""
-    from dynamics import load_config
+    from headflow.dynamics import load_config
 
     cfg = load_config(None, [*_TINY_CFG, "sim.space=overlaps"])
     res = sims.run_sgd(cfg)
@@ -381,7 +382,7 @@ def test_config_space_dispatch_is_the_chain():
 def test_config_space_start_state():
     """`start` overlaps are the t = 0 state of every seed in overlap space (exactly), and of
     the weights built from them in weight space (to round-off of float64 weights)."""
-    from dynamics import load_config
+    from headflow.dynamics import load_config
 
     cfg = load_config(None, [*_TINY_CFG, "sim.dtype=float64"])
     model = cfg.build_model()
@@ -399,7 +400,7 @@ def test_cli_overlap_space(tmp_path, capsys):
     in `meta.json`; a D below `N + B·L + 1` is a one-line error before anything is written."""
     import json
 
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     sets = [a for kv in _TINY_CFG for a in ("--set", kv)]
     out = tmp_path / "o"
@@ -425,10 +426,10 @@ def test_escape_times_at_large_dimension():
     import tomllib
     from importlib import resources
 
-    from dynamics import Config
-    from validation.experiments.escape import sgd_escape_times
+    from headflow.dynamics import Config
+    from headflow.validation.experiments.escape import sgd_escape_times
 
-    text = resources.files("validation").joinpath("configs/escape.toml").read_text()
+    text = resources.files("headflow.validation").joinpath("configs/escape.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(**{"sim.space": "overlaps"})
     with optimized():                       # run time, not compile time, dominates
         times, _ = sgd_escape_times(cfg, [1000, 100_000], 8)

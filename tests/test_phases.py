@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 
-from dynamics.measures import crossing_shortfall, persistent_crossing
-from dynamics.ode import NodeChange
-from validation.experiments.convergence import NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED
-from validation.experiments.phases import detect_phases, seed_summary, stage_order_verdict
+from headflow.dynamics.measures import crossing_shortfall, persistent_crossing
+from headflow.dynamics.ode import NodeChange
+from headflow.validation.experiments.convergence import NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED
+from headflow.validation.experiments.phases import detect_phases, seed_summary, stage_order_verdict
 
 THETA = 0.2
 
@@ -188,10 +188,10 @@ def test_vectorized_sweep_equals_individual_runs_and_classifies():
     """One vmapped solve over the grid gives, point by point, the trajectories of separate
     `run_ode` calls (same nodes, same start); a huge learning rate is stopped and classified as
     diverging, a zero signal as no learning."""
-    from dynamics import load_config
-    from dynamics.ode import run_ode
-    from validation.experiments.phase_diagram import DIVERGING, NO_LEARNING, classify
-    from validation.experiments.sweep import run_sweep
+    from headflow.dynamics import load_config
+    from headflow.dynamics.ode import run_ode
+    from headflow.validation.experiments.phase_diagram import DIVERGING, NO_LEARNING, classify
+    from headflow.validation.experiments.sweep import run_sweep
 
     cfg = load_config(None, SWEEP_SETS)
     axes = [("training.lr", [0.5, 1.0, 60.0]), ("prior.amplitude", [0.0, 3.0])]
@@ -212,7 +212,7 @@ def test_vectorized_sweep_equals_individual_runs_and_classifies():
 
 
 def test_sweep_command_rejects_bad_grid(tmp_path, capsys):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     out = tmp_path / "s"
     for argv in (["sweep", "--out", str(out)],
@@ -231,7 +231,7 @@ def test_sweep_command_rejects_bad_grid(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_sweep_and_phases_commands(tmp_path, capsys):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     out = tmp_path / "sw"
     sets = sum((["--set", s] for s in SWEEP_SETS), [])
@@ -263,10 +263,10 @@ def test_staged_specialization_follows_the_variances():
     import tomllib
     from importlib import resources
 
-    from dynamics import Config
-    from validation.experiments.phases import ode_trajectory
+    from headflow.dynamics import Config
+    from headflow.validation.experiments.phases import ode_trajectory
 
-    text = resources.files("validation").joinpath("configs/staged.toml").read_text()
+    text = resources.files("headflow.validation").joinpath("configs/staged.toml").read_text()
     cfg = Config.from_dict(tomllib.loads(text)).replace(
         **{"ode.samples": 1024, "training.t_max": 60.0, "output.n_save": 121})
     ode = ode_trajectory(cfg, None, cfg.save_times(), equivariant=True)

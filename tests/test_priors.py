@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from dynamics import ConfigError
-from dynamics.expectations import Quadrature
-from dynamics.priors import AbstractDiscretePrior, Discrete, FlippedSpike, Gaussian, OneHot
+from headflow.dynamics import ConfigError
+from headflow.dynamics.expectations import Quadrature
+from headflow.dynamics.priors import AbstractDiscretePrior, Discrete, FlippedSpike, Gaussian, OneHot
 
 PRIORS = {
     "flipped_spike_e1": lambda: FlippedSpike(3.0, 0.7, [1.0, 0.0]),

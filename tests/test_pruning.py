@@ -8,13 +8,14 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import dynamics as d
-from dynamics.activations import get_activation
-from dynamics.expectations import MonteCarlo, QuasiMonteCarlo
-from dynamics.priors import FlippedSpike, OneHot
-from validation.experiments.pruning import (PruneCurve, Pruned, SubsetRisk, first_needed_jump,
-                                prunable_count, prune_curve, pruned_model, random_curves,
-                                remove_heads)
+import headflow.dynamics as d
+from headflow.dynamics.activations import get_activation
+from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo
+from headflow.dynamics.priors import FlippedSpike, OneHot
+from headflow.validation.experiments.pruning import (PruneCurve, Pruned, SubsetRisk,
+                                                     first_needed_jump, prunable_count,
+                                                     prune_curve, pruned_model, random_curves,
+                                                     remove_heads)
 
 from _util import ACTIVATIONS, Z, make_model, teacher_for
 
@@ -204,7 +205,7 @@ PRUNE_FLAGS = ["--set", "model.L=3", "--set", "model.H=2", "--set", "ode.samples
 def _cli_json(capsys, argv):
     import json
 
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -252,7 +253,7 @@ def test_prune_command_from_sgd_weights(tmp_path, capsys):
 
 
 def test_prune_command_bad_input(tmp_path, capsys):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     with pytest.raises(SystemExit) as exit_:         # refused by the parser, as every option
         main(["prune", "--out", str(tmp_path / "p"), "--random-orders", "-1"])

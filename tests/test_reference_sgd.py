@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-import dynamics
-import sims
+from headflow import dynamics
+from headflow import sims
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from _reference_sgd import gradients, make_run  # noqa: E402

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dynamics import HeadflowError
-from validation.cli import main
-from validation.experiments._fit import law_check
-from validation.experiments.scaling import deviation, loglog_fit, order_vector
+from headflow.dynamics import HeadflowError
+from headflow.validation.cli import main
+from headflow.validation.experiments._fit import law_check
+from headflow.validation.experiments.scaling import deviation, loglog_fit, order_vector
 
 from _util import strict_json
 from test_escape import CI_CONFIG

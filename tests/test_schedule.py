@@ -1,5 +1,5 @@
-"""Learning-rate schedules (`dynamics.Schedule`, `[training] lr_schedule`): the object itself,
-its config validation, and that the ODEs and both SGD simulators read it at the same times
+"""Learning-rate schedules (`headflow.dynamics.Schedule`, `[training] lr_schedule`): the object
+itself, its config validation, and that the ODEs and both SGD simulators read it at the same times
 (`t` of the integration; `t = k/D` at step `k`)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import sims
-from dynamics import ConfigError, Schedule, StepSizes, load_config
-from dynamics.config import Config
-from dynamics.ode import build_field, initial_state, run_ode
+from headflow import sims
+from headflow.dynamics import ConfigError, Schedule, StepSizes, load_config
+from headflow.dynamics.config import Config
+from headflow.dynamics.ode import build_field, initial_state, run_ode
 
 # -- the object ----------------------------------------------------------------------------
 
@@ -126,7 +126,7 @@ def test_sgd_follows_the_schedule(space, dtype):
 def test_sde_follows_the_schedule():
     """The drift and the diffusion of the SDE both read η(t): with η = η_b = 0 outside [1, 3]
     every path is frozen there exactly (the step grid lands on the knots)."""
-    from dynamics.sde import run_sde
+    from headflow.dynamics.sde import run_sde
 
     res = run_sde(_window_cfg("sde.paths=2", "sde.dt=0.1", "sde.samples_noise=64"))
     assert np.all(np.asarray(res.valid))

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dynamics import load_config
-from dynamics.models.attention import learning_curve
-from validation.cli import main
+from headflow.dynamics import load_config
+from headflow.dynamics.models.attention import learning_curve
+from headflow.validation.cli import main
 
 from _util import one_line_error as _one_line_error  # noqa: E402
 from _util import strict_json as _strict  # noqa: E402
@@ -105,7 +105,7 @@ def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
     fitted from a start 20% off."""
     from test_learning_curve import SDE_BASE
 
-    from dynamics.models.attention import SDECurve
+    from headflow.dynamics.models.attention import SDECurve
 
     cfg = load_config(None, SDE_BASE)
     truth = {"training.lr": 0.8, "model.noise": 0.25}
@@ -149,8 +149,8 @@ def test_fit_linearization_keeps_only_the_jacobian():
     import jax.numpy as jnp
     from test_learning_curve import SDE_BASE
 
-    from dynamics.models.attention import SDECurve
-    from validation.experiments.fit import materialized
+    from headflow.dynamics.models.attention import SDECurve
+    from headflow.validation.experiments.fit import materialized
 
     y = {"training.lr": jnp.asarray(0.8), "model.noise": jnp.asarray(0.25)}
     ty = {"training.lr": jnp.asarray(1.0), "model.noise": jnp.asarray(-0.5)}

@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from _util import Z, make_model
 
-import dynamics as d
-from dynamics import StepSizes
-from dynamics.expectations import MonteCarlo
-from dynamics.models.attention import FullField, SampledFullField
-from dynamics.priors import Discrete, FlippedSpike, Gaussian
-from dynamics.sde import centred_factor, run_sde
-from dynamics.models.attention import (Diffusion, entry_names, flatten, increments, n_entries,
-                                       unflatten)
-from sims.attention._chain import (ChainState, apply_step, draw_steps, expand_overlaps,
+import headflow.dynamics as d
+from headflow.dynamics import StepSizes
+from headflow.dynamics.expectations import MonteCarlo
+from headflow.dynamics.models.attention import FullField, SampledFullField
+from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian
+from headflow.dynamics.sde import centred_factor, run_sde
+from headflow.dynamics.models.attention import (Diffusion, entry_names, flatten, increments,
+                                                n_entries, unflatten)
+from headflow.sims.attention._chain import (ChainState, apply_step, draw_steps, expand_overlaps,
                                    reduce_overlaps)
 
 D = 2000
@@ -167,7 +167,7 @@ def test_solvers_converge_to_the_ito_solution(name):
     `dy = −y dt`: Heun's drift is second order, Euler's first."""
     import diffrax as dfx
 
-    from dynamics.sde import get_sde_solver
+    from headflow.dynamics.sde import get_sde_solver
 
     solver = get_sde_solver(name)
 
@@ -262,7 +262,7 @@ def test_ensemble_matches_overlap_chain_sgd():
     """At D = 200 the SDE ensemble's mean risk agrees with the seed mean of the exact overlap
     chain within four combined standard errors at every saved time, and the spreads agree
     within 30% averaged over the run (40 paths, 40 seeds, t ≤ 5)."""
-    import sims
+    from headflow import sims
 
     cfg = _small_cfg(**{"training.t_max": 5.0, "output.n_save": 6, "sde.dt": 0.2,
                         "sde.samples_drift": 1024, "sde.samples_noise": 256,
@@ -285,8 +285,8 @@ def test_node_counts_come_from_the_error_target():
     `τ`, not `[ode] samples`: the noise count is the smallest power of two with
     `1/√(2n) ≤ τ` (the relative error of a spread estimated from n Monte Carlo draws, checked
     here by sampling), the drift's four times it; explicit counts are kept."""
-    from dynamics.expectations import MIN_SAMPLES
-    from dynamics.sde import build_sde, drift_samples, noise_samples
+    from headflow.dynamics.expectations import MIN_SAMPLES
+    from headflow.dynamics.sde import build_sde, drift_samples, noise_samples
 
     cfg = d.load_config(None, ["ode.samples=65536"])            # no [sde] node keys
     assert (drift_samples(cfg), noise_samples(cfg)) == (1024, 256)

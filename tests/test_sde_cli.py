@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from validation.cli import main
+from headflow.validation.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 from _util import one_line_error as _one_line_error  # noqa: E402
@@ -109,7 +109,7 @@ def test_sde_interrupt_leaves_nothing(tmp_path):
     out = tmp_path / "deep" / "run"
     env = {**os.environ, "HEADFLOW_CACHE": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "validation", "sde", "--set", "training.t_max=500",
+        [sys.executable, "-m", "headflow.validation", "sde", "--set", "training.t_max=500",
          "--set", "sde.paths=64", "--set", "sde.samples_drift=1024", "--dim", "500",
          "--out", str(out)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)

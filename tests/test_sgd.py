@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from _util import Z, make_model
 
-import sims
-from dynamics import (DivergenceError, Overlaps, StepSizes, bayes_construction, load_config,
-                      make_teacher, weights_from_overlaps)
-from dynamics.priors import Discrete
+from headflow import sims
+from headflow.dynamics import (DivergenceError, Overlaps, StepSizes, bayes_construction,
+                               load_config, make_teacher, weights_from_overlaps)
+from headflow.dynamics.priors import Discrete
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -211,8 +211,8 @@ _SHARDED = textwrap.dedent("""
     import numpy as np
     import jax, jax.numpy as jnp
     jax.config.update("jax_enable_x64", True)
-    import dynamics, sims
-    from dynamics.sharding import shard_leading
+    from headflow import dynamics, sims
+    from headflow.dynamics.sharding import shard_leading
     assert jax.device_count() == 2, jax.devices()
     x = shard_leading(jnp.zeros((2, 3)))
     assert len(x.sharding.device_set) == 2, x.sharding

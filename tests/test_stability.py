@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 from _util import make_model
 
-from dynamics import Overlaps, StepSizes
-from dynamics import analysis as st
-from dynamics._risk import key_dims
-from dynamics.expectations import QuasiMonteCarlo
-from dynamics.models.attention import ManifoldField
-from dynamics.ode import Integrator, integrate
-from dynamics.models.attention import symmetric_start
-from dynamics.priors import Discrete
+from headflow.dynamics import Overlaps, StepSizes
+from headflow.dynamics import analysis as st
+from headflow.dynamics._risk import key_dims
+from headflow.dynamics.expectations import QuasiMonteCarlo
+from headflow.dynamics.models.attention import ManifoldField
+from headflow.dynamics.ode import Integrator, integrate
+from headflow.dynamics.models.attention import symmetric_start
+from headflow.dynamics.priors import Discrete
 
 
 def _model(activation="bayes_softmax", H=3, F=2, L=3, train_values=True):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from validation.commands._light import (BUILTIN_ACTIVATIONS, CRITERIA, ESCAPE_THRESHOLD,
+from headflow.validation.commands._light import (BUILTIN_ACTIVATIONS, CRITERIA, ESCAPE_THRESHOLD,
                                         EXTRAPOLATE, MIN_SAMPLES, MODELS, PRUNABLE_TOLERANCE,
                                         STATIONARY_Z, THEORIES, known_activations)
 
@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 HEAVY = ("jax", "jaxlib", "sympy", "scipy", "matplotlib", "torch", "equinox", "diffrax",
-         "optimistix", "numpy", "dynamics", "sims", "validation.gpt2")
+         "optimistix", "numpy", "dynamics", "sims", "headflow.validation.gpt2")
 """Modules (with their submodules) that building the parser must not import: `dynamics` and
-`sims` import JAX in their `__init__`; `validation.gpt2` is the GPT-2 package (the `gpt2`
-command's parser lives in `validation.commands.gpt2`)."""
+`sims` import JAX in their `__init__`; `headflow.validation.gpt2` is the GPT-2 package (the `gpt2`
+command's parser lives in `headflow.validation.commands.gpt2`)."""
 
-ALLOWED = ("dynamics._constants",)
+ALLOWED = ("headflow.dynamics._constants",)
 """Light submodules of the packages above, loaded without their package's `__init__`."""
 
 GPT2_COMMANDS = ("random-checkpoint", "extract", "bounds", "train")
@@ -39,7 +39,7 @@ GPT2_COMMANDS = ("random-checkpoint", "extract", "bounds", "train")
 # (as JSON on the last line) each call's exit status and the heavy modules imported.
 _PROBE = r"""
 import contextlib, io, json, sys
-from validation.cli import build_parser, main
+from headflow.validation.cli import build_parser, main
 
 heavy, allowed = %(heavy)r, %(allowed)r
 parser = build_parser()
@@ -89,7 +89,7 @@ def test_help_and_bad_arguments_import_nothing_heavy():
             lines = err.strip().splitlines()
             assert lines[-1].startswith("headflow") and ": error: " in lines[-1], (argv, err)
     assert res["loaded"] == [], f"--help imported {res['loaded']}"
-    ours = [m for m in res["modules"] if m.split(".")[0] in ("validation", "dynamics", "sims")]
+    ours = [m for m in res["modules"] if m.split(".")[0] == "headflow"]
     print("modules of ours imported by --help:", ", ".join(ours))
 
 
@@ -97,7 +97,8 @@ def test_help_wall_time_is_reported():
     """Times `headflow --help` and `headflow ode --help` (printed; asserted only to succeed)."""
     for argv in (["--help"], ["ode", "--help"]):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "validation", *argv], cwd=ROOT, env=ENV,
+        proc = subprocess.run([sys.executable, "-m", "headflow.validation", *argv], cwd=ROOT,
+                              env=ENV,
                               capture_output=True, text=True, timeout=120)
         wall = time.perf_counter() - t0
         assert proc.returncode == 0 and proc.stdout.startswith("usage: headflow"), proc.stderr
@@ -106,41 +107,41 @@ def test_help_wall_time_is_reported():
 
 def test_light_constants_are_the_heavy_modules_ones():
     """The values `--help` shows are the very objects the heavy modules use (one definition)."""
-    from dynamics.analysis import STATIONARY_Z as z
-    from dynamics.expectations import MIN_SAMPLES as min_samples
-    from dynamics.measures import ESCAPE_THRESHOLD as threshold
-    from validation.experiments.compare import THEORIES as theories
-    from validation.experiments.escape import EXTRAPOLATE as extrapolate
-    from validation.experiments.fit import MODELS as models
-    from validation.experiments.pruning import CRITERIA as criteria
-    from validation.experiments.pruning import PRUNABLE_TOLERANCE as tolerance
+    from headflow.dynamics.analysis import STATIONARY_Z as z
+    from headflow.dynamics.expectations import MIN_SAMPLES as min_samples
+    from headflow.dynamics.measures import ESCAPE_THRESHOLD as threshold
+    from headflow.validation.experiments.compare import THEORIES as theories
+    from headflow.validation.experiments.escape import EXTRAPOLATE as extrapolate
+    from headflow.validation.experiments.fit import MODELS as models
+    from headflow.validation.experiments.pruning import CRITERIA as criteria
+    from headflow.validation.experiments.pruning import PRUNABLE_TOLERANCE as tolerance
 
     assert (threshold, min_samples, z) == (ESCAPE_THRESHOLD, MIN_SAMPLES, STATIONARY_Z)
     assert theories is THEORIES and extrapolate is EXTRAPOLATE and models is MODELS
     assert criteria is CRITERIA and tolerance is PRUNABLE_TOLERANCE
-    import dynamics._constants as constants
+    import headflow.dynamics._constants as constants
 
-    assert sys.modules["dynamics._constants"] is constants
+    assert sys.modules["headflow.dynamics._constants"] is constants
 
 
 def test_builtin_activations_are_the_registry():
     """`--activations` defaults and `--help` name the built-in activations without importing
     `dynamics`: they must be exactly what `dynamics` registers on import (in a fresh process,
     since tests may register temporary ones)."""
-    code = ("from dynamics.activations import activation_names; import json; "
+    code = ("from headflow.dynamics.activations import activation_names; import json; "
             "print(json.dumps(activation_names()))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert tuple(json.loads(proc.stdout.strip().splitlines()[-1])) == BUILTIN_ACTIVATIONS
-    from dynamics.activations import activation_names
+    from headflow.dynamics.activations import activation_names
 
     assert known_activations() == activation_names()   # once imported: the registry itself
 
 
 _NO_SYMPY = r"""
 import json, sys
-from validation.cli import main
+from headflow.validation.cli import main
 main(["ode", "validation/configs/committee.toml", "--set", "training.t_max=2",
       "--set", "output.n_save=3", "--out", sys.argv[1]])
 print(json.dumps(sorted(m for m in sys.modules if m == "sympy" or m.startswith("sympy."))))

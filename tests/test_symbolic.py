@@ -21,21 +21,21 @@ import pytest
 import sympy as sp
 from _util import ACTIVATIONS, Z, make_model
 
-import dynamics as d
-from dynamics import ConfigError, StepSizes
-from dynamics._risk import key_dims, over_theta, risk_integrand, split_key_normals
-from dynamics.activations import get_activation
-from dynamics.expectations import MonteCarlo
-from dynamics.models.attention import ManifoldField
-from dynamics.priors import Discrete, FlippedSpike, Gaussian
-from dynamics.symbolic import (SymbolicField, derive_jacobians, generate, local_field_ode,
+import headflow.dynamics as d
+from headflow.dynamics import ConfigError, StepSizes
+from headflow.dynamics._risk import key_dims, over_theta, risk_integrand, split_key_normals
+from headflow.dynamics.activations import get_activation
+from headflow.dynamics.expectations import MonteCarlo
+from headflow.dynamics.models.attention import ManifoldField
+from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian
+from headflow.dynamics.symbolic import (SymbolicField, derive_jacobians, generate, local_field_ode,
                                manifold_ode)
-from dynamics.symbolic import _algebra as al
-from dynamics.symbolic._activations import symbolic_activation
-from dynamics.symbolic._closed import (bayes_construction, gradient_flow, limits,
+from headflow.dynamics.symbolic import _algebra as al
+from headflow.dynamics.symbolic._activations import symbolic_activation
+from headflow.dynamics.symbolic._closed import (bayes_construction, gradient_flow, limits,
                                        paper_variables, risk)
-from dynamics.symbolic._derive import C_, Nv, a_
-from dynamics.symbolic._printer import TensorPrinter, bcast
+from headflow.dynamics.symbolic._derive import C_, Nv, a_
+from headflow.dynamics.symbolic._printer import TensorPrinter, bcast
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = 1e-10
@@ -322,12 +322,12 @@ def test_gradient_flow_form_within_error_bars(act):
 # -- docs/equations.md and the regeneration command --------------------------------------------
 
 def test_equations_md_is_up_to_date(tmp_path):
-    from dynamics.symbolic.__main__ import main
-    from dynamics.symbolic._render import render
+    from headflow.dynamics.symbolic.__main__ import main
+    from headflow.dynamics.symbolic._render import render
 
     text = render()
     assert (ROOT / "docs" / "equations.md").read_text(encoding="utf-8") == text, (
-        "docs/equations.md is stale: run `python -m dynamics.symbolic`")
+        "docs/equations.md is stale: run `python -m headflow.dynamics.symbolic`")
     out = tmp_path / "eq.md"
     assert main(["--out", str(out)]) == 0 and out.read_text(encoding="utf-8") == text
     assert main(["--check", "--out", str(out)]) == 0
@@ -365,7 +365,7 @@ n_save = 9
 @pytest.mark.parametrize("act", ["softmax1"])
 def test_cli_symbolic_trajectory_equals_autodiff(tmp_path, act, capsys):
     """`headflow ode CONFIG --set ode.rhs=symbolic` reproduces the autodiff trajectory."""
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     cfg = tmp_path / "cfg.toml"
     cfg.write_text(_CONFIG.format(act=act), encoding="utf-8")
@@ -384,7 +384,7 @@ def test_cli_symbolic_trajectory_equals_autodiff(tmp_path, act, capsys):
 
 
 def test_cli_symbolic_needs_the_manifold_form(tmp_path, capsys):
-    from validation.cli import main
+    from headflow.validation.cli import main
 
     out = tmp_path / "run"
     code = main(["ode", "--set", "ode.rhs=symbolic", "--set", "ode.form=full",

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from dynamics import StepSizes
-from dynamics.fields import ExactField
-from dynamics.models import Committee, GramState
-from dynamics.symbolic import readout_ode, readout_rhs
-from dynamics.symbolic._readout import I2, I3
-from dynamics.units import get_unit
+from headflow.dynamics import StepSizes
+from headflow.dynamics.fields import ExactField
+from headflow.dynamics.models import Committee, GramState
+from headflow.dynamics.symbolic import readout_ode, readout_rhs
+from headflow.dynamics.symbolic._readout import I2, I3
+from headflow.dynamics.units import get_unit
 
 
 @pytest.mark.parametrize("K, M, unit, sigma, both", [
     (1, 1, "erf", 0.0, True), (2, 1, "erf", 0.3, False), (2, 3, "erf", 0.5, True),
     (3, 2, "linear", 0.2, True), (4, 4, "erf", 0.1, True)])
 def test_derived_rhs_equals_exact_field(K, M, unit, sigma, both):
-    model = Committee(K=K, M=M, unit=get_unit(unit), sigma=sigma, train_second_layer=both,
+    model = Committee(K=K, M=M, unit=get_unit(unit), noise=sigma, train_second_layer=both,
                       init_first_std=0.7)
     st = model.initial_state(jax.random.key(K + 10 * M), 3 * (K + M))
     st = GramState(gram=st.gram, params={"v": jnp.linspace(0.4, 1.3, K),

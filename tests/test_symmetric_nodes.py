@@ -16,15 +16,15 @@ import numpy as np
 import pytest
 from _util import Z, make_model
 
-import dynamics as d
-from dynamics import Overlaps, StepSizes
-from dynamics._overlaps import FieldLaw
-from dynamics._risk import population_risk
-from dynamics.expectations import QuasiMonteCarlo
-from dynamics.models.attention import ManifoldField, key_nodes
-from dynamics.ode import Integrator, build_field, integrate
-from dynamics.priors import Discrete, FlippedSpike, Gaussian, OneHot
-from dynamics.sde import build_sde
+import headflow.dynamics as d
+from headflow.dynamics import Overlaps, StepSizes
+from headflow.dynamics._overlaps import FieldLaw
+from headflow.dynamics._risk import population_risk
+from headflow.dynamics.expectations import QuasiMonteCarlo
+from headflow.dynamics.models.attention import ManifoldField, key_nodes
+from headflow.dynamics.ode import Integrator, build_field, integrate
+from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian, OneHot
+from headflow.dynamics.sde import build_sde
 
 ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
 

@@ -20,8 +20,8 @@ the 4 × 400 000 weight-space steps at D = 4000, which were the suite's longest 
 import numpy as np
 import pytest
 
-import dynamics as d
-from validation.experiments.compare import canonicalize, canonicalize_seeds, compare
+import headflow.dynamics as d
+from headflow.validation.experiments.compare import canonicalize, canonicalize_seeds, compare
 
 CONFIGS = {
     # the interface defaults; t_max long enough for every seed to specialize and settle

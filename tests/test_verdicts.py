@@ -1,5 +1,5 @@
-"""`validation.verdicts`: the discrepancies against closed forms, and the verdict's error rates
-by Monte Carlo — false disagree at its nominal level on two samples of one law, disagree on
+"""`headflow.validation.verdicts`: the discrepancies against closed forms, and the verdict's error
+rates by Monte Carlo — false disagree at its nominal level on two samples of one law, disagree on
 clearly different laws, agree on large samples of one law, and "not resolved" on small ones with
 sizes that do resolve it."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from validation.verdicts import (AGREE, DISAGREE, NOT_RESOLVED, ks_distance, mean_gap, overall,
-                                 spread_gap, verdict)
+from headflow.validation.verdicts import (AGREE, DISAGREE, NOT_RESOLVED, ks_distance, mean_gap,
+                                          overall, spread_gap, verdict)
 
 TOL = {mean_gap: 0.5, spread_gap: math.log(1.25), ks_distance: 0.2}
 

@@ -1,4 +1,4 @@
-"""`python -m validation`: the `headflow` command line."""
+"""`python -m headflow.validation`: the `headflow` command line."""
 
 from ._entry import entry
 

@@ -3,9 +3,9 @@
 Both live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
 identical run then skips compilation and the sympy derivation and only traces. The results
-cache of the same folder (`validation._results`) skips even that for a repeated `headflow ode`.
-Importing this module imports nothing heavy (JAX by [`configure`][]; sympy only by the commands
-that derive or generate code).
+cache of the same folder (`headflow.validation._results`) skips even that for a repeated `headflow
+ode`. Importing this module imports nothing heavy (JAX by [`configure`][]; sympy only by the
+commands that derive or generate code).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _off() -> None:
     """Both caches off (also when an earlier call in this process had turned them on)."""
     import jax
 
-    from dynamics import set_source_cache
+    from headflow.dynamics import set_source_cache
 
     set_source_cache(None)
     jax.config.update("jax_compilation_cache_dir", None)
@@ -54,7 +54,7 @@ def configure(enabled: bool = True) -> Path | None:
         return None
     import jax
 
-    from dynamics import set_source_cache
+    from headflow.dynamics import set_source_cache
 
     root = cache_root()
     options = jax_cache_options(root)

@@ -1,5 +1,5 @@
 """The `headflow` console script. Only the standard library is imported here, so that an
-interrupt during the (slow) start-up ends the process quietly; `validation.cli` is imported
+interrupt during the (slow) start-up ends the process quietly; `headflow.validation.cli` is imported
 once the early handlers are in place."""
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 instead of starting JAX.
 
 A run of a command that opts in (`set_defaults(replay=True)`; `headflow ode`) stores its result
-folder and its summary under `<cache root>/results/<key>` ([`validation._cache.cache_root`][]).
-The key hashes everything the result depends on: the command, its arguments (the config file's
-bytes rather than its name, `--set` in order, every other option but `--out`, `--force`,
-`--json`), the headflow sources (`dynamics`, `sims`, `validation`), the versions of the
-numerical packages and the `JAX_*`, `XLA_*` and `EQX_*` environment. A repeated run with the
-same key copies that folder to its `--out` (atomically, `meta.json` marking the copy) and never
-imports JAX, the theory or matplotlib. `--no-cache` or `HEADFLOW_CACHE=0` turns it off with the
-other caches; anything unusual (an `--out` that is refused, `--check`, `jax.distributed`, a
+folder and its summary under `<cache root>/results/<key>`
+([`headflow.validation._cache.cache_root`][]). The key hashes everything the result depends on: the
+command, its arguments (the config file's bytes rather than its name, `--set` in order, every other
+option but `--out`, `--force`, `--json`), the headflow sources (`dynamics`, `sims`, `validation`),
+the versions of the numerical packages and the `JAX_*`, `XLA_*` and `EQX_*` environment. A repeated
+run with the same key copies that folder to its `--out` (atomically, `meta.json` marking the copy)
+and never imports JAX, the theory or matplotlib. `--no-cache` or `HEADFLOW_CACHE=0` turns it off
+with the other caches; anything unusual (an `--out` that is refused, `--check`, `jax.distributed`, a
 missing or damaged entry) falls back to the full run, which reports it.
 
 Standard library only: this module runs before anything heavy is imported.
@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import tempfile
+import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -58,6 +60,60 @@ def _sources_digest(h) -> None:
                 h.update(path.read_bytes())
 
 
+def _model_kind(args: argparse.Namespace) -> tuple[str, Path | None]:
+    """`[model] kind` of the run (the config file's, then `--set`'s; `"attention"` when
+    unset) and the folder a relative file kind is read from."""
+    kind: object = "attention"
+    base: Path | None = None
+    config = getattr(args, "config", None)
+    if config is not None:
+        data = tomllib.loads(Path(config).read_text())
+        kind = data.get("model", {}).get("kind", kind)
+        base = Path(config).resolve().parent
+    for item in getattr(args, "set", None) or ():
+        dotted, _, text = str(item).partition("=")
+        if dotted.strip() == "model.kind":
+            try:
+                kind = tomllib.loads(f"v = {text.strip()}")["v"]
+            except tomllib.TOMLDecodeError:
+                kind = text.strip()
+            base = None
+    return str(kind), base
+
+
+def _package_files(module: str) -> list[Path]:
+    """Every `.py` file of the top-level package of `module`, located without importing it."""
+    spec = importlib.util.find_spec(module.split(".")[0])
+    if spec is None:
+        raise OSError(f"no module {module}")
+    if spec.submodule_search_locations:
+        return sorted(p for loc in spec.submodule_search_locations
+                      for p in Path(loc).rglob("*.py"))
+    if spec.origin is None:
+        raise OSError(f"no file for {module}")
+    return [Path(spec.origin)]
+
+
+def model_sources(args: argparse.Namespace) -> list[Path]:
+    """The files of the model's code outside headflow that a run of `args` depends on (empty
+    for a built-in kind): see the module's docstring. Raises `OSError` or `ValueError` when a
+    file or the config cannot be read."""
+    kind, base = _model_kind(args)
+    target, sep, _ = kind.rpartition(":")
+    if not sep:
+        plugins = {ep.name: ep for ep in metadata.entry_points(group="headflow.models")}
+        if kind not in plugins or kind in ("attention", "committee"):
+            return []
+        target, _, _ = plugins[kind].value.partition(":")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        path = Path(target).expanduser()
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        return [path.resolve(), *sorted(p.resolve() for p in path.parent.glob("*.py")
+                                        if p.resolve() != path.resolve())]
+    return _package_files(target.strip())
+
+
 def key(args: argparse.Namespace) -> str | None:
     """The cache key of a run (None when an input cannot be read: the full run reports it)."""
     h = hashlib.sha256()
@@ -80,6 +136,12 @@ def key(args: argparse.Namespace) -> str | None:
         if name.startswith(_ENV):
             h.update(f"{name}={os.environ[name]};".encode())
     _sources_digest(h)
+    try:
+        for path in model_sources(args):
+            h.update(str(path).encode())
+            h.update(path.read_bytes())
+    except (OSError, ValueError, AttributeError):
+        return None                       # the full run reports what cannot be read
     return h.hexdigest()[:32]
 
 

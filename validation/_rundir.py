@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from dynamics import HeadflowError, check_stop
-from dynamics.distributed import is_main_process, process_zero_says
+from headflow.dynamics import HeadflowError, check_stop
+from headflow.dynamics.distributed import is_main_process, process_zero_says
 
 from ._json import dumps
 
@@ -192,7 +192,7 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     - `meta`: extra entries for `meta.json` (seeds, dtype, ...).
     - `replace`: replace an existing non-empty `out` (the `--force` flag).
 
-    Under [`dynamics.distributed`][] only process 0 checks and writes `out` (every process
+    Under [`headflow.dynamics.distributed`][] only process 0 checks and writes `out` (every process
     raises when it refuses it); the others write into a private temporary folder that is always
     removed.
 
@@ -255,7 +255,7 @@ def atomic_file(out: Path) -> Iterator[Path]:
     """Write one result file atomically: the block writes to the yielded temporary path beside
     `out`, which is renamed to `out` only when the block succeeds. On any exception (or a forced
     exit after an interrupt) the temporary file and the parent folders created for it are
-    removed. Under [`dynamics.distributed`][] only process 0 writes `out`; the others write
+    removed. Under [`headflow.dynamics.distributed`][] only process 0 writes `out`; the others write
     into a private temporary file that is removed.
 
     **Raises:** [`HeadflowError`][] (one line) when `out` cannot be written."""

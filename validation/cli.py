@@ -1,10 +1,11 @@
 """headflow: learning dynamics of attention heads (arXiv 2603.03993) and attention-normalization
 bounds on GPT-2 (arXiv 2508.17821).
 
-Each command lives in its own module of `validation.commands` exposing `register(subparsers)`;
-the module adds its parser and sets `func` (a callable taking the parsed arguments and returning
-a JSON-able summary dict or `None`). Errors derived from [`dynamics.HeadflowError`][] become one
-line on stderr and exit status 2, with no traceback.
+Each command lives in its own module of `headflow.validation.commands` exposing
+`register(subparsers)`; the module adds its parser and sets `func` (a callable taking the parsed
+arguments and returning a JSON-able summary dict or `None`). Errors derived from
+[`headflow.dynamics.HeadflowError`][] become one line on stderr and exit status 2, with no
+traceback.
 
 Building the parser imports only the standard library and light modules of ours, so that
 `headflow --help`, `headflow COMMAND --help` and an argument that argparse rejects answer at
@@ -27,21 +28,23 @@ from collections.abc import Sequence
 
 # Modules that register commands, in `--help` order.
 _COMMAND_MODULES = (
-    "validation.commands.demo",
-    "validation.commands.sgd",
-    "validation.commands.ode",
-    "validation.commands.sde",
-    "validation.commands.compare",
-    "validation.commands.bayes",
-    "validation.commands.phases",
-    "validation.commands.escape",
-    "validation.commands.scaling",
-    "validation.commands.activations",
-    "validation.commands.prune",
-    "validation.commands.sweep",
-    "validation.commands.schedule",
-    "validation.commands.fit",
-    "validation.commands.gpt2",   # not validation.gpt2.cli: importing it imports validation.gpt2
+    "headflow.validation.commands.demo",
+    "headflow.validation.commands.sgd",
+    "headflow.validation.commands.ode",
+    "headflow.validation.commands.sde",
+    "headflow.validation.commands.compare",
+    "headflow.validation.commands.bayes",
+    "headflow.validation.commands.phases",
+    "headflow.validation.commands.escape",
+    "headflow.validation.commands.scaling",
+    "headflow.validation.commands.activations",
+    "headflow.validation.commands.prune",
+    "headflow.validation.commands.sweep",
+    "headflow.validation.commands.schedule",
+    "headflow.validation.commands.fit",
+    "headflow.validation.commands.models",
+    "headflow.validation.commands.gpt2",   # not validation.gpt2.cli: importing it imports
+                                           # validation.gpt2
 )
 
 
@@ -98,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(name)
         module.register(sub)
     for name, p in sub.choices.items():
-        example = getattr(importlib.import_module(f"validation.commands.{name}"), "EXAMPLE",
+        module = importlib.import_module(f"headflow.validation.commands.{name}")
+        example = getattr(module, "EXAMPLE",
                           None) if name != "gpt2" else None
         if example is not None and p.epilog is None:
             p.epilog = f"{CONFIG_DOCS}. Example: {example}"
@@ -125,12 +129,12 @@ def _run_in_worker(func, args, grace: float):
     """Run `func(args)` on a worker thread while the main thread waits for signals.
 
     SIGINT and SIGTERM (delivered to the main thread) ask the computation to stop at its next
-    check ([`dynamics.request_stop`][]); it unwinds (removing its partial output) and raises
-    [`dynamics.Interrupted`][]. If it is still inside one long compiled computation after
-    `grace` seconds, or at a second signal, the run folders in progress are removed and the
-    process exits at once (`os._exit`, see `validation._entry`).
+    check ([`headflow.dynamics.request_stop`][]); it unwinds (removing its partial output) and
+    raises [`headflow.dynamics.Interrupted`][]. If it is still inside one long compiled computation
+    after `grace` seconds, or at a second signal, the run folders in progress are removed and the
+    process exits at once (`os._exit`, see `headflow.validation._entry`).
     """
-    from dynamics import Interrupted, request_stop
+    from headflow.dynamics import Interrupted, request_stop
 
     from ._rundir import discard_active
 
@@ -196,8 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
     import jax
 
-    from dynamics import HeadflowError, Interrupted, clear_stop
-    from dynamics.distributed import DistributedSettings, initialize, is_main_process
+    from headflow.dynamics import HeadflowError, Interrupted, clear_stop
+    from headflow.dynamics.distributed import DistributedSettings, initialize, is_main_process
 
     from ._cache import configure as configure_cache
 

@@ -53,7 +53,7 @@ class AbstractActivation(eqx.Module):
     def symbolic(cls, s: Any) -> SymbolicDefinition | None:
         """The definition for the symbolic derivation, or None when there is none.
 
-        **Arguments:** `s`, a namespace of sympy objects provided by `dynamics.symbolic`:
+        **Arguments:** `s`, a namespace of sympy objects provided by `headflow.dynamics.symbolic`:
         `s.chi[h, ℓ]` and `s.b[h]` (logits and biases), `s.exp`, and
         `s.sum(fn, over)` that sums `fn(i, …)` over fresh indices of the kinds in `over`
         (`("token",)` or `("head", "token")`).

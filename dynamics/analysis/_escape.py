@@ -23,7 +23,7 @@ def initial_contrasts(model: Any, key, modes: Any, *, n: int, dim: int, key_std:
     """Samples of the head- (unit-) difference coordinates of a random initialization at
     dimension `dim`, scaled by `√dim` (so they are `O(1)` and the perturbation at dimension D
     is `coef/√D`): `n` independent draws of the model's random start
-    ([`dynamics.models.attention.random_start`][] with `key_std`, `value_std`, `bias`, or a
+    ([`headflow.dynamics.models.attention.random_start`][] with `key_std`, `value_std`, `bias`, or a
     family model's `initial_state`) projected on the blocks of `modes`."""
     keys = jr.split(key, n)
 
@@ -65,8 +65,8 @@ def linear_spread(result: StabilityResult, modes: Any,
 
 
 def crossing_times(t: np.ndarray, values: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """[`dynamics.measures.first_crossing`][] of each row of `values (n, T)` through each of
-    `levels (k)`, NaN where it never crosses: `(n, k)`."""
+    """[`headflow.dynamics.measures.first_crossing`][] of each row of `values (n, T)` through each
+    of `levels (k)`, NaN where it never crosses: `(n, k)`."""
     out = np.full((values.shape[0], len(levels)), np.nan)
     for i, row in enumerate(values):
         for j, lev in enumerate(levels):

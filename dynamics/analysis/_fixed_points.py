@@ -214,13 +214,13 @@ def find_fixed_point(field: AbstractField, ov0: Overlaps, chunks: Chunks,
     reported fixed point is a state the *integration* stays at.
 
     **Arguments:** `field`, `ov0`: the vector field and the start; `chunks`: the schedule;
-    `integrator`: passed to [`dynamics.ode.integrate`][] per chunk; `test`: the stationarity
-    tolerance; `polish`: the acceleration (None: off); `progress`: optional callable
+    `integrator`: passed to [`headflow.dynamics.ode.integrate`][] per chunk; `test`: the
+    stationarity tolerance; `polish`: the acceleration (None: off); `progress`: optional callable
     `progress(t, check)` called after each chunk.
 
     **Returns:** a [`FixedPoint`][]; `stationary` is False when `t_max` was reached first.
 
-    **Raises:** what [`dynamics.ode.integrate`][] raises (divergence, `max_steps`).
+    **Raises:** what [`headflow.dynamics.ode.integrate`][] raises (divergence, `max_steps`).
     """
     t0, t_max = float(chunks.t0), float(chunks.t_max)
     if not t_max > t0:
@@ -481,8 +481,9 @@ def continuation(field: AbstractField, ov: Overlaps, *,
     `step_trust · max(1, max|state|)`, else `Δτ` is divided by 4. It stops at the first state
     that passes [`stationarity`][] (the one criterion), after `iterations` steps, or when
     `Δτ < 1e-6`. Every step ends on a valid state: the orthogonal parts `q − m mᵀ` and
-    `s − n nᵀ/ρ*` are projected back onto the PSD cone ([`dynamics.Overlaps.nearest_valid`][];
-    long-time states sit at its edge, and a free step would cross it).
+    `s − n nᵀ/ρ*` are projected back onto the PSD cone
+    ([`headflow.dynamics.Overlaps.nearest_valid`][]; long-time states sit at its edge, and a free
+    step would cross it).
 
     **Returns:** a [`Polish`][] (the last accepted state, its check and its growth rate).
     Whether to trust it is the caller's decision ([`find_fixed_point`][] requires it to be

@@ -2,7 +2,7 @@
 Gaussian nodes of the SGD increment computed by autodiff of the model's predictor
 ([`ModelField`][]), or closed-form Gaussian integrals ([`ExactField`][]), on nodes closed under
 the model's symmetry group (`docs/ode.md#nodes`). The attention model's structured fields are in
-[`dynamics.models.attention`][]."""
+[`headflow.dynamics.models.attention`][]."""
 
 from ._base import AbstractField as AbstractField
 from ._moments import fourth_moment as fourth_moment
@@ -16,5 +16,6 @@ from ._model import ExactField as ExactField
 from ._model import ModelField as ModelField
 from ._model import has_exact_field as has_exact_field
 from ._model import model_dims as model_dims
+from ._model import model_group as model_group
 from ._model import model_nodes as model_nodes
 from ._model import sample_fields as sample_fields

@@ -28,7 +28,7 @@ class AbstractField(eqx.Module):
     terms; False: gradient flow), `chunk` (node evaluations per accumulation step),
     `batch` (how many states are evaluated at once under `vmap`, see [`batched`][]),
     `manifold_form` (whether the state lives on the invariant manifold, cross overlaps zero).
-    The state is any pytree of arrays: a model's [`dynamics.models.GramState`][], or the
+    The state is any pytree of arrays: a model's [`headflow.dynamics.models.GramState`][], or the
     state of a model with its own layout.
     """
 
@@ -59,7 +59,7 @@ class AbstractField(eqx.Module):
         return dataclasses.replace(self, batch=max(1, int(n)))
 
     def at(self, t) -> AbstractField:
-        """The field with its step sizes at time `t` ([`dynamics.StepSizes.at`][]: a
+        """The field with its step sizes at time `t` ([`headflow.dynamics.StepSizes.at`][]: a
         learning-rate schedule evaluated there); `self` when nothing is scheduled."""
         if not self.steps.scheduled:
             return self

@@ -1,6 +1,6 @@
 """The vector fields of the model family (`docs/models.md#the-engine`): the mean of the
-per-sample increment ([`dynamics.models.sample_increment`][], autodiff of the model's own loss)
-over Gaussian nodes of all fields, or its closed form where the model's unit gives one."""
+per-sample increment ([`headflow.dynamics.models.sample_increment`][], autodiff of the model's own
+loss) over Gaussian nodes of all fields, or its closed form where the model's unit gives one."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes
 from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
 from ._base import AbstractField
-from ._nodes import MAX_GROUP, row_group, unit_permutations
+from ._nodes import MAX_GROUP, Group, product_group, row_group, unit_permutations
 
 
 def model_dims(model: AbstractModel) -> int:
@@ -31,14 +31,33 @@ def student_permutations(model: AbstractModel, max_group: int = MAX_GROUP) -> np
     return unit_permutations(model.n_students, max_group)
 
 
+def model_group(model: AbstractModel, max_group: int = MAX_GROUP) -> Group:
+    """The group of signed permutations of the node coordinates that the nodes are closed
+    under: the permutations of the student rows ([`student_permutations`][]) times the group
+    of the sign flips the model declares (`AbstractModel.symmetries`; all their products, the
+    identity first)."""
+    dim = model_dims(model)
+    group = row_group(dim, 0, 1, student_permutations(model, max_group))
+    flips = [np.concatenate([s.row_signs(model.n_students, model.n_teachers), [1.0]])
+             for s in model.symmetries()]
+    if flips:
+        signs = [np.ones(dim)]
+        for f in flips:
+            signs += [s * f for s in signs]
+        unique = np.unique(np.stack(signs), axis=0)
+        order = np.argsort(-np.sum(unique, axis=1), kind="stable")   # the identity first
+        S = unique[order]
+        group = product_group(group, (np.tile(np.arange(dim), (len(S), 1)), S))
+    return group
+
+
 def model_nodes(model: AbstractModel, backend: AbstractExpectation, *,
                 max_group: int = MAX_GROUP) -> AbstractNodes:
-    """Nodes over all fields and the label noise, closed under permutations of the student
-    rows: the exact field is equivariant under them (a permutation of the students and of their
-    parameters), and so is the estimate on closed nodes, whatever their number."""
-    perms = student_permutations(model, max_group)
-    dim = model_dims(model)
-    return backend.closed_nodes(dim, *row_group(dim, 0, 1, perms))
+    """Nodes over all fields and the label noise, closed under [`model_group`][]: the exact
+    field is equivariant under it (a permutation of the students and of their parameters, a
+    declared sign flip), and so is the estimate on closed nodes, whatever their number; the
+    states the group fixes stay fixed to round-off."""
+    return backend.closed_nodes(model_dims(model), *model_group(model, max_group))
 
 
 def sample_fields(state: GramState, x: Float[Array, " d"]) -> Float[Array, " P"]:
@@ -74,7 +93,7 @@ class ModelField(AbstractField):
 
 
 class ExactField(AbstractField):
-    """The drift in closed form ([`dynamics.models.exact_moments`][]): for a readout model
+    """The drift in closed form ([`headflow.dynamics.models.exact_moments`][]): for a readout model
     whose unit gives the Gaussian integrals (erf, linear). Its error estimate is zero."""
 
     model: AbstractModel

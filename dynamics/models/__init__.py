@@ -1,7 +1,10 @@
 """The model family (`docs/models.md`). Adding a model: one file with an [`AbstractModel`][]
-subclass decorated with [`register_model`][]; the engine (vector fields, ODE, SDE, weight- and
-overlap-space SGD, risk) runs it with no other file touched. The attention model of the rest of
-`dynamics` is `kind = "attention"`."""
+subclass, its parameters declared as fields ([`param`][]) and its Gram layout as [`Rows`][];
+the engine (vector fields, ODE, SDE, weight- and overlap-space SGD, risk, the config tables and
+the command line) runs it with no other file touched, named on the command line as
+`kind = "file.py:ClassName"`, `"package.module:ClassName"`, a name registered with
+[`register_model`][] or an entry point of the group `headflow.models`. The attention model of
+the rest of `headflow.dynamics` is `kind = "attention"`."""
 
 from ._base import AbstractModel as AbstractModel
 from ._base import GramState as GramState
@@ -12,7 +15,17 @@ from ._base import model_class as model_class
 from ._base import model_kinds as model_kinds
 from ._base import register_model as register_model
 from ._base import unregister_model as unregister_model
+from ._symmetry import AbstractSymmetry as AbstractSymmetry
+from ._symmetry import SignFlip as SignFlip
 from ._increment import assemble as assemble
+from ._loading import ENTRY_POINTS as ENTRY_POINTS
+from ._loading import resolve_kind as resolve_kind
+from ._params import Param as Param
+from ._params import Rows as Rows
+from ._params import describe as describe
+from ._params import model_table as model_table
+from ._params import param as param
+from ._params import training_table as training_table
 from ._increment import exact_moments as exact_moments
 from ._increment import sample_gradients as sample_gradients
 from ._increment import sample_increment as sample_increment

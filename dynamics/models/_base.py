@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -26,6 +26,10 @@ from .._errors import ConfigError, HeadflowError
 from .._layout import Layout
 from .._registry import Registry
 from ..units import AbstractUnit
+from ._loading import load_code_model, load_plugin, plugin_entry_points, split_kind
+from ._params import (Rows, config_key, from_tables, model_table, params_of,
+                      training_table)
+from ._symmetry import AbstractSymmetry
 
 
 class GramState(eqx.Module):
@@ -70,43 +74,41 @@ class Readout(eqx.Module):
 
 
 class AbstractModel(eqx.Module):
-    """A model of the family. A concrete model is one file: a subclass that sets `kind` (its
-    `[model] kind`), implements the abstract methods below, and is decorated with
-    [`register_model`][]; the engine never reads anything else of it.
+    """A model of the family, written as its mathematics (`docs/models.md#adding-a-model`).
 
-    **Declares:**
+    A concrete model is a subclass that sets `kind` (its name), declares its Gram layout
+    `rows` ([`Rows`][]) and its parameters as fields made with [`param`][], and implements
+    `predict` and `target`. Everything else has a generic default that a model may override
+    with a method of its own:
 
-    - `n_students`, `n_teachers`: the number of student and teacher vectors;
-    - `noise`: the standard deviation `σ` of the label noise, `y = target + σ ζ`;
-    - `trained`: the names of the scalar parameters SGD moves (step `η_p/D`, `StepSizes.lr_bias`);
-    - `predict(params, λ)` and `target(params, λ*)`: the student's and the teacher's
+    - `predict(params, λ)`, `target(params, λ*)` (required): the student's and the teacher's
       outputs on the fields; `loss` (default `½(ŷ − y)²`);
-    - `named(state)`: the order parameters by name, for output files and figures;
-    - `init_weights(key, dim)`: a random initialization at dimension D (teacher included);
-    - `limit_state()`: the D → ∞ limit of that initialization;
-    - `readout(params)` (optional): the [`Readout`][] structure, for exact expectations;
-    - `layout`: how its named order parameters are laid out ([`dynamics.Layout`][]), for the
-      analyses that compare runs.
+    - `n_students`, `n_teachers`, `named(state)`, `limit_state()`, `init_weights(key, dim)`:
+      derived from `rows`;
+    - `noise`: the standard deviation of the label noise, `y = target + σ ζ` (default: the
+      field `noise` when the model declares one, else 0);
+    - `params0()`: the scalar parameters at the start (default: none); `trained`: those SGD
+      moves (step `η_p/D`, the `[training]` key `lr_bias_key`; default: none);
+    - `symmetries()`: the exact sign flips of the model ([`SignFlip`][]; default: none);
+    - `readout(params)`: the [`Readout`][] structure, for exact expectations (default: none);
+    - `layout`: which named order parameters the comparisons read ([`headflow.dynamics.Layout`][]).
+
+    The `[model]` and `[training]` tables, their validation, `--set`, `headflow models` and
+    the differentiable hyperparameters are derived from the fields ([`model_table`][],
+    [`training_table`][]). A model is registered by [`register_model`][], by an entry point
+    of the group `headflow.models`, or named on the command line as `file.py:Class` or
+    `package.module:Class` ([`model_class`][]).
     """
 
     kind: eqx.AbstractClassVar[str]
-    layout: eqx.AbstractClassVar[Layout]
-
-    @property
-    @abc.abstractmethod
-    def n_students(self) -> int: ...
-
-    @property
-    @abc.abstractmethod
-    def n_teachers(self) -> int: ...
-
-    @property
-    @abc.abstractmethod
-    def noise(self) -> Any: ...
-
-    @property
-    @abc.abstractmethod
-    def trained(self) -> tuple[str, ...]: ...
+    rows: ClassVar[Rows | None] = None
+    layout: ClassVar[Layout] = Layout(names=("Q", "R"), per_unit=("R",), unit_by_unit=("Q",),
+                                      alignment=("R", "Q"))
+    t_max: ClassVar[float] = 100.0
+    """The default `training.t_max`."""
+    lr_bias_key: ClassVar[str] = "lr_params"
+    """The `[training]` key of the scalar parameters' step size `η_p` (unset: `lr`); the key
+    exists only for a model that defines `trained`."""
 
     @abc.abstractmethod
     def predict(self, params: Mapping[str, Array], lam: Float[Array, " S"]) -> Scalar:
@@ -120,26 +122,140 @@ class AbstractModel(eqx.Module):
         """Per-sample loss, `½(ŷ − y)²`."""
         return 0.5 * (self.predict(params, lam) - y) ** 2
 
-    @abc.abstractmethod
-    def named(self, state: GramState) -> dict[str, Array]:
-        """The order parameters by name (any leading batch axes kept)."""
+    # -- derived from `rows` ------------------------------------------------------------------
+    def _rows(self) -> Rows:
+        rows = type(self).rows
+        if rows is None:
+            raise HeadflowError(f"model {type(self).__name__}: declare its Gram layout, "
+                                "`rows = Rows(students=..., teachers=...)`, or override "
+                                "n_students, n_teachers, named, init_weights and limit_state")
+        return rows
 
-    @abc.abstractmethod
+    @property
+    def n_students(self) -> int:
+        """The number of student rows (`rows.students`)."""
+        return int(Rows.value(self, self._rows().students))
+
+    @property
+    def n_teachers(self) -> int:
+        """The number of teacher rows (`rows.teachers`)."""
+        return int(Rows.value(self, self._rows().teachers))
+
+    @property
+    def noise(self) -> Any:
+        """The label noise's standard deviation (default 0)."""
+        return 0.0
+
+    @property
+    def trained(self) -> tuple[str, ...]:
+        """The scalar parameters SGD moves (default: none)."""
+        return ()
+
+    def params0(self) -> dict[str, Array]:
+        """The scalar parameters at the start, by name (default: none)."""
+        return {}
+
+    def named(self, state: GramState) -> dict[str, Array]:
+        """The order parameters by name (any leading batch axes kept): `Q` (students ×
+        students), `R` (students × teachers), `T` (teachers × teachers), then the scalar
+        parameters."""
+        S = self.n_students
+        g = state.gram
+        return {"Q": g[..., :S, :S], "R": g[..., :S, S:], "T": g[..., S:, S:],
+                **state.params}
+
     def init_weights(self, key: PRNGKeyArray, dim: int, dtype: Any = jnp.float64
                      ) -> ModelWeights:
-        """A random student and teacher at dimension `dim`."""
+        """A random student and teacher at dimension `dim`: `w_i ~ N(0, s² I)`,
+        `w*_n ~ N(0, s*² I)` (the scales of `rows`), and the scalar parameters `params0()`."""
+        rows = self._rows()
+        ks, kt = jr.split(key)
+        return ModelWeights(
+            students=gaussian_rows(ks, self.n_students, dim,
+                                   Rows.value(self, rows.student_std), dtype),
+            teachers=gaussian_rows(kt, self.n_teachers, dim,
+                                   Rows.value(self, rows.teacher_std), dtype),
+            params=self.params0())
 
-    @abc.abstractmethod
     def limit_state(self) -> GramState:
-        """The D → ∞ limit of [`init_weights`][]'s order parameters (a symmetric start)."""
+        """The D → ∞ limit of [`init_weights`][]'s order parameters: `Q = s² I`, `R = 0`,
+        `T = s*² I` (a symmetric start)."""
+        rows = self._rows()
+        S, T = self.n_students, self.n_teachers
+        s = Rows.value(self, rows.student_std)
+        st = Rows.value(self, rows.teacher_std)
+        gram = jnp.zeros((S + T, S + T)).at[:S, :S].set(s**2 * jnp.eye(S))
+        return GramState(gram=gram.at[S:, S:].set(st**2 * jnp.eye(T)), params=self.params0())
+
+    # -- derived from the fields: the config tables -------------------------------------------
+    @classmethod
+    def section(cls) -> type:
+        """The `[model]` table of this model ([`model_table`][])."""
+        return model_table(cls)
+
+    @classmethod
+    def training(cls) -> type:
+        """The `[training]` table of this model ([`training_table`][])."""
+        return training_table(cls)
+
+    @classmethod
+    def from_config(cls, model: Any, training: Any) -> AbstractModel:
+        """The model of validated `[model]` and `[training]` tables."""
+        return from_tables(cls, model, training)
 
     def hyperparameters(self, training: Any, steps: Any) -> tuple:
         """The differentiable hyperparameters: `(config key, "model" | "steps", selector)`
         triples, the selector picking the leaf (or a tuple of leaves set together) in the model
-        or in the step sizes `steps` (`eqx.tree_at` style); `training` is the config's
-        `[training]` section. Default: none."""
-        del training, steps
+        or in the step sizes `steps` (`eqx.tree_at` style); `training` is the `[training]`
+        table. Derived: `training.lr` (also the scalar parameters' step when its own key is not
+        set), that key, `training.weight_decay`, `training.lr_schedule` (its knot values,
+        which then replace `training.lr`), and every float field made with [`param`][]."""
+        second = f"training.{self.lr_bias_key}"
+        own = getattr(training, self.lr_bias_key, None) is not None
+        out: list[tuple] = []
+        if steps.lr_schedule is not None and not own:
+            out.append(("training.lr_schedule", "steps",
+                        lambda s: (s.lr_schedule.values, s.lr_bias_schedule.values)))
+        elif steps.lr_schedule is not None:
+            out.append(("training.lr_schedule", "steps", lambda s: s.lr_schedule.values))
+        elif not own:
+            out.append(("training.lr", "steps", lambda s: (s.lr, s.lr_bias)))
+        else:
+            out.append(("training.lr", "steps", lambda s: s.lr))
+        if own:
+            out.append((second, "steps", lambda s: s.lr_bias))
+        out.append(("training.weight_decay", "steps", lambda s: s.weight_decay))
+        for name, p in params_of(type(self)):
+            if p.type is float and not p.choices:
+                out.append((f"{p.section}.{config_key(name, p)}", "model",
+                            lambda m, n=name: getattr(m, n)))
+        return tuple(out)
+
+    def symmetries(self) -> tuple[AbstractSymmetry, ...]:
+        """The exact symmetries of the model beyond the permutations of its students (which
+        the engine always assumes): e.g. `SignFlip(teacher=0)` ([`SignFlip`][]) for a target
+        even in its field. Every node set is closed under the group they generate with the
+        student permutations. Default: none."""
         return ()
+
+    def escape_observable(self, named: Mapping[str, Any]) -> Any:
+        """The observable whose persistent crossing of the escape threshold is the escape from
+        the unspecialized plateau ([`headflow.dynamics.measures.escape_crossing`][]), from the
+        named order parameters `named` ([`named`][]'s view or the arrays of an output file,
+        numpy or JAX, leading batch axes kept; shape: the batch axes). Every report of escapes
+        reads it.
+
+        Default, on the layout's alignment arrays `(R, Q)`: with two students or more, the
+        spread between them ([`headflow.dynamics.measures.head_spread`][]); with one, its
+        alignment with its best teacher, `max_n |R_n|/√(Q T_nn)`
+        ([`headflow.dynamics.measures.best_alignment`][]; `T`, the teachers' Gram matrix, read
+        from `named["T"]` when the view has it, else `|w*_n|²/D = 1`)."""
+        from ..measures import best_alignment, head_spread
+
+        a, g = self.layout.alignment
+        if self.n_students >= 2:
+            return head_spread(named[a], named[g])
+        return best_alignment(named[a], named[g], named.get("T"))[..., 0]
 
     def readout(self, params: Mapping[str, Array]) -> Readout | None:
         """The readout structure, or None when the model has none (no exact backend)."""
@@ -204,14 +320,24 @@ def unregister_model(kind: str) -> None:
 
 
 def model_kinds() -> tuple[str, ...]:
-    """The registered model kinds (the attention model, `"attention"`, is built in)."""
-    return ("attention", *_REGISTRY.names())
+    """The model kinds by name: the attention model (`"attention"`, built in), the registered
+    models, then those installed packages register under the entry-point group
+    `headflow.models`."""
+    plugins = tuple(k for k in plugin_entry_points() if k not in _REGISTRY)
+    return ("attention", *_REGISTRY.names(), *plugins)
 
 
 def model_class(kind: str) -> type[AbstractModel]:
-    """The class registered as `kind`; a [`ConfigError`][] naming `model.kind` otherwise."""
-    if kind not in _REGISTRY:
-        raise ConfigError(f"model.kind = {kind!r}: unknown model; choose one of "
-                          f"{', '.join(map(repr, model_kinds()))}")
-    return _REGISTRY.get(kind, ConfigError)
-
+    """The model class of `[model] kind`: a registered name, an entry point of the group
+    `headflow.models`, `"path/file.py:ClassName"` or `"package.module:ClassName"`; a one-line
+    [`ConfigError`][] naming `model.kind` otherwise."""
+    if kind in _REGISTRY:
+        return _REGISTRY.get(kind, ConfigError)
+    if split_kind(kind) is not None:
+        return load_code_model(kind, AbstractModel)   # type: ignore[return-value]
+    plugins = plugin_entry_points()
+    if kind in plugins:
+        return load_plugin(kind, plugins[kind], AbstractModel)  # type: ignore[return-value]
+    raise ConfigError(f"model.kind = {kind!r}: unknown model; choose one of "
+                      f"{', '.join(map(repr, model_kinds()))}, or name your own as "
+                      "'file.py:ClassName' or 'package.module:ClassName'")

@@ -33,8 +33,8 @@ t_0)`: the last half of the run (for the chunked fixed-point search, its last ch
 
 
 def node_count(cfg: Config) -> int | None:
-    """The nodes of `[ode]` (`"auto"` as [`dynamics.ode.backend_of`][] resolves it without a
-    pilot); None where `expectation = "exact"` (closed forms: no nodes to refine)."""
+    """The nodes of `[ode]` (`"auto"` as [`headflow.dynamics.ode.backend_of`][] resolves it without
+    a pilot); None where `expectation = "exact"` (closed forms: no nodes to refine)."""
     from ._run import AUTO_FALLBACK
 
     if cfg.ode.expectation == "exact":

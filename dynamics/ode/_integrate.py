@@ -186,9 +186,10 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
               progress: bool = False, check: bool = True) -> ODESolution:
     """Integrate `d ov/dt = field(ov)` from `ts[0]` to `ts[-1]`, saving at `ts` (float64).
 
-    **Arguments:** `field` a vector field (e.g. [`dynamics.models.attention.ManifoldField`][]),
-    `ov0` the initial state, `ts` the save times, `integrator` the solver settings, `progress`
-    (diffrax's tqdm meter), `check` the initial-state checks.
+    **Arguments:** `field` a vector field (e.g.
+    [`headflow.dynamics.models.attention.ManifoldField`][]), `ov0` the initial state, `ts` the save
+    times, `integrator` the solver settings, `progress` (diffrax's tqdm meter), `check` the
+    initial-state checks.
 
     **Raises:** [`HeadflowError`][] when the solver hits `max_steps`; [`DivergenceError`][] when
     the state blows up or becomes NaN/inf.
@@ -224,7 +225,7 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
 
 def explain(result, ts: np.ndarray, finite: np.ndarray, integrator: Integrator) -> None:
     """Turn a failed solve into a one-line error (`finite`: which saved states are finite);
-    [`dynamics.Interrupted`][] when a stop request ended it."""
+    [`headflow.dynamics.Interrupted`][] when a stop request ended it."""
     check_stop()
     if bool(result == dfx.RESULTS.max_steps_reached):
         reached = ts[finite.sum() - 1] if finite.any() else ts[0]

@@ -1,6 +1,6 @@
 """Integrating the ODE of a model of the family (`docs/models.md`): the same integrator
 ([`integrate`][]) and the same error rule as the attention model, on the model's
-[`dynamics.models.GramState`][]."""
+[`headflow.dynamics.models.GramState`][]."""
 
 from __future__ import annotations
 
@@ -111,10 +111,10 @@ def as_float64(state: PyTree) -> PyTree:
 
 class ModelCurve(eqx.Module):
     """The risk on the save grid of a model of the family as a pure, differentiable function of
-    its hyperparameters (the counterpart of [`dynamics.models.attention.LearningCurve`][] for
-    `docs/models.md`): `curve(params)` with `params` a dict keyed by the config keys the model
-    declares ([`dynamics.models.AbstractModel.hyperparameters`][]; the config's values for the
-    others).
+    its hyperparameters (the counterpart of [`headflow.dynamics.models.attention.LearningCurve`][]
+    for `docs/models.md`): `curve(params)` with `params` a dict keyed by the config keys the model
+    declares ([`headflow.dynamics.models.AbstractModel.hyperparameters`][]; the config's values for
+    the others).
     Each key enters the model or the step sizes through its selector (`eqx.tree_at`).
 
     Fixed at construction: the vector field (closed forms or nodes), the risk's nodes where it
@@ -217,7 +217,7 @@ def _set(field: Any, target: str, sel, value) -> Any:
 def curve_from_config(cfg: Config, **options: Any) -> Any:
     """The differentiable learning curve of a config (`options`: `adjoint`, `checkpoints`,
     `times`): [`ModelCurve`][] for a model of the family, the model's own otherwise
-    ([`dynamics.models.attention.LearningCurve`][] for the attention model)."""
+    ([`headflow.dynamics.models.attention.LearningCurve`][] for the attention model)."""
     return learning_curve_of(cfg.build_model(), cfg, **options)
 
 

@@ -1,5 +1,5 @@
 """Integrating the ODEs of a configuration: the `headflow ode` engine, the same for every model
-(what is model-specific comes through `dynamics.hooks`)."""
+(what is model-specific comes through `headflow.dynamics.hooks`)."""
 
 from __future__ import annotations
 

@@ -68,11 +68,12 @@ class AbstractDiffusion(eqx.Module):
     @abc.abstractmethod
     def gram(self, y: Float[Array, " p"]) -> Float[Array, "P P"]:
         """The Gram matrix of the weight vectors (students and teachers, over D) at the SDE's
-        coordinates `y`: the SDE's domain is where it is PSD ([`dynamics.sde.domain`][])."""
+        coordinates `y`: the SDE's domain is where it is PSD
+        ([`headflow.dynamics.sde.domain`][])."""
 
     def at(self, t):
         """The diffusion with its step sizes at time `t` (a learning-rate schedule evaluated
-        there, [`dynamics.StepSizes.at`][]); `self` when nothing is scheduled."""
+        there, [`headflow.dynamics.StepSizes.at`][]); `self` when nothing is scheduled."""
         if not self.steps.scheduled:
             return self
         return eqx.tree_at(lambda f: f.steps, self, self.steps.at(t))

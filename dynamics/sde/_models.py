@@ -1,7 +1,7 @@
 """The SDE of a model of the family (`docs/models.md#finite-d-the-sde`): the drift of the
 model's ODE and the covariance of the same per-sample increments
-([`dynamics.models.sample_increment`][]) at fixed nodes of all fields, run by the generic
-[`dynamics.sde.run_sde`][]."""
+([`headflow.dynamics.models.sample_increment`][]) at fixed nodes of all fields, run by the generic
+[`headflow.dynamics.sde.run_sde`][]."""
 
 from __future__ import annotations
 
@@ -109,11 +109,11 @@ def _start_sampler(model: AbstractModel, cfg: Config) -> Partial:
 class ModelSDECurve(eqx.Module):
     """The mean risk over an ensemble of SDE paths on the save grid, as a pure, differentiable
     function of a model's hyperparameters (the SDE counterpart of
-    [`dynamics.ode.ModelCurve`][]): `curve(params)` runs the paths of [`dynamics.sde.run_sde`][]
-    (the same drift, diffusion, solver, step grid, initial draws and Brownian paths) with
-    `params` substituted through the model's selectors in the drift and the diffusion, and
-    returns the mean over the paths of each path's risk at `ts`. Every random number is fixed
-    at construction, so the curve is smooth in `params`."""
+    [`headflow.dynamics.ode.ModelCurve`][]): `curve(params)` runs the paths of
+    [`headflow.dynamics.sde.run_sde`][] (the same drift, diffusion, solver, step grid, initial
+    draws and Brownian paths) with `params` substituted through the model's selectors in the drift
+    and the diffusion, and returns the mean over the paths of each path's risk at `ts`. Every
+    random number is fixed at construction, so the curve is smooth in `params`."""
 
     sde: OverlapSDE
     solver: Any
@@ -202,5 +202,5 @@ def _sde_curve(model: AbstractModel, cfg: Config, **options: Any) -> ModelSDECur
 def sde_curve_from_config(cfg: Config, **options: Any) -> Any:
     """The SDE ensemble's mean learning curve of a config (`options`: `paths`, `dim`, `times`,
     `adjoint`): [`ModelSDECurve`][] for a model of the family, the model's own otherwise
-    ([`dynamics.models.attention.SDECurve`][] for the attention model)."""
+    ([`headflow.dynamics.models.attention.SDECurve`][] for the attention model)."""
     return sde_curve_of(cfg.build_model(), cfg, **options)

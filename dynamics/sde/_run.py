@@ -1,5 +1,5 @@
 """Ensembles of SDE paths of a configuration: the `headflow sde` engine, the same for every
-model (what is model-specific comes through `dynamics.hooks`)."""
+model (what is model-specific comes through `headflow.dynamics.hooks`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..hooks import check_dim, sde_terms, start_sampler, state_risk
 from .._stop import check_stop
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
-from ..measures import escape_time
+from ..measures import escape_crossing
 from ..ode import bounded, model_arrays
 from ..sharding import gather, shard_leading
 from ._diffusion import AbstractDiffusion
@@ -42,7 +42,7 @@ class SDEResult(eqx.Module):
     dim: int = eqx.field(static=True, default=0)
     info: dict = eqx.field(static=True, default_factory=dict)
     model: Any = None
-    """The model (its `named` view gives the arrays, its `layout` the escape)."""
+    """The model (its `named` view gives the arrays, its `escape_observable` the escape)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `sde.npz` arrays: those of `sgd.npz` with a path axis, plus `valid` and
@@ -60,19 +60,17 @@ class SDEResult(eqx.Module):
     @property
     def paths_bounded(self) -> np.ndarray:
         """Whether each path's overlaps are finite and below the blow-up level
-        (`dynamics.ode.BLOWUP`) at every save time; a path that is not has diverged."""
+        (`headflow.dynamics.ode.BLOWUP`) at every save time; a path that is not has diverged."""
         leaves = [np.asarray(x).reshape(np.shape(self.risk)[0], -1)
                   for x in jax.tree.leaves(self.overlaps)]
         y = np.concatenate(leaves, axis=1)
         return np.asarray(bounded(y, axis=1))
 
     def escape_times(self) -> np.ndarray:
-        """Each path's escape time (`dynamics.measures.escape_time` of the alignment arrays of
-        the model's [`dynamics.Layout`][]; NaN: no escape)."""
-        arrays = self.arrays()
-        a, g = self.model.layout.alignment
-        t, teacher, student = np.asarray(self.t), arrays[a], arrays[g]
-        out = [escape_time(t, teacher[i], student[i]) for i in range(teacher.shape[0])]
+        """Each path's escape time (`headflow.dynamics.measures.escape_crossing` of the
+        model's `escape_observable`; NaN: no escape)."""
+        t, x = np.asarray(self.t), np.asarray(self.model.escape_observable(self.arrays()))
+        out = [escape_crossing(t, x[i]) for i in range(x.shape[0])]
         return np.array([np.nan if e is None else e for e in out])
 
 
@@ -164,7 +162,7 @@ def sde_setup(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     differentiable SDE curves): `dim` (default `[sim] dim`), `paths` (default `[sde] paths`),
     `times` (default the `[output]` grid).
 
-    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the model or
+    **Raises:** [`headflow.dynamics.HeadflowError`][] for a dimension too small for the model or
     `paths < 1`."""
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
@@ -227,7 +225,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     Paths run in groups of `group` (default 8 per device, vmapped, sharded over the devices);
     stop requests are honoured between groups.
 
-    **Raises:** [`dynamics.HeadflowError`][] for a dimension too small for the teacher.
+    **Raises:** [`headflow.dynamics.HeadflowError`][] for a dimension too small for the teacher.
     """
     require_x64("the overlap SDE")
     s = sde_setup(cfg, dim=dim, paths=paths)

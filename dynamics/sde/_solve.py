@@ -140,9 +140,9 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
     leading path axis, vmapped) from `ts[0]` to `ts[-1]` on the step grid `grid` (a
     [`step_grid`][]), saving at `ts`. The Brownian motion of a path lives on
     `[ts[0], ts[-1]]`, resolved to `tol`. `adjoint`: how the solve is differentiated
-    (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `dynamics.ode.adjoint_of`).
+    (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `headflow.dynamics.ode.adjoint_of`).
     The drift is evaluated for the paths of a device at once, in node chunks sized for that
-    batch ([`dynamics.fields.AbstractField.batched`][])."""
+    batch ([`headflow.dynamics.fields.AbstractField.batched`][])."""
     sde = eqx.tree_at(lambda s: s.drift, sde, sde.drift.batched(per_device(y0.shape[0])))
 
     def one(y, key):
@@ -161,7 +161,7 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
 def domain(ys: Float[Array, "n T p"], diffusion: Any, *, tol: float = 1e-9
            ) -> Bool[Array, "n T"]:
     """Whether each state is in the domain of the SDE: finite, every entry below the blow-up
-    level of the ODEs (`dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix
+    level of the ODEs (`headflow.dynamics.ode.BLOWUP`), and a valid (PSD) Gram matrix
     (`diffusion.gram`, [`in_domain`][])."""
     return jax.vmap(jax.vmap(lambda y: in_domain(y, diffusion.gram(y), tol)))(ys)
 

@@ -6,7 +6,8 @@ and turned into code.
   activation Jacobians derived from the definitions ([`derive_jacobians`][]).
 - [`generate`][]: the system written out for given sizes and lambdified to JAX;
   [`SymbolicField`][] is the diffrax vector field built on it (`[ode] rhs = "symbolic"`).
-- `python -m dynamics.symbolic` regenerates `docs/equations.md` (`--check`: exit 1 if stale).
+- `python -m headflow.dynamics.symbolic` regenerates `docs/equations.md` (`--check`: exit 1 if
+  stale).
 """
 
 from ._activations import SymbolicActivation as SymbolicActivation

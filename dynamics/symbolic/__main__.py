@@ -1,4 +1,4 @@
-"""`python -m dynamics.symbolic [--check] [--out PATH]`: regenerate `docs/equations.md`.
+"""`python -m headflow.dynamics.symbolic [--check] [--out PATH]`: regenerate `docs/equations.md`.
 
 With `--check`, write nothing and exit 1 if the file differs from what the derivation produces
 now (0 if it is up to date).
@@ -14,7 +14,7 @@ DEFAULT = Path(__file__).resolve().parents[2] / "docs" / "equations.md"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dynamics.symbolic",
+    p = argparse.ArgumentParser(prog="python -m headflow.dynamics.symbolic",
                                 description="Regenerate docs/equations.md from the symbolic "
                                 "derivation of the order-parameter ODEs.")
     p.add_argument("--out", type=Path, default=DEFAULT, help=f"output file (default {DEFAULT})")
@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = args.out.read_text(encoding="utf-8") if args.out.exists() else None
         if current != text:
-            print(f"{args.out} is stale: run `python -m dynamics.symbolic`", file=sys.stderr)
+            print(f"{args.out} is stale: run `python -m headflow.dynamics.symbolic`",
+                  file=sys.stderr)
             return 1
         print(f"{args.out} is up to date")
         return 0

@@ -5,7 +5,7 @@ attention weights.
 Everything is plain sympy: sums are `sympy.Sum` over integer indices with symbolic ranges
 (`1..L` tokens, `1..H` heads, `1..F` features), tensors are `sympy.IndexedBase`s, and the sizes
 only become numbers when a derived expression is instantiated for code generation
-([`dynamics.symbolic.instantiate`][]). Tokens are numbered from 1 and the signal token is
+([`headflow.dynamics.symbolic.instantiate`][]). Tokens are numbered from 1 and the signal token is
 `ℓ = 1` (the code's `SIGNAL = 0`).
 """
 

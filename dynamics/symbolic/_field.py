@@ -20,13 +20,13 @@ from ._codegen import INTEGRANDS, Generated, generate
 
 class SymbolicField(AbstractField):
     """The reduced ODE on the invariant manifold with the right-hand side *generated* from the
-    symbolic derivation ([`dynamics.symbolic.manifold_ode`][], rendered in
+    symbolic derivation ([`headflow.dynamics.symbolic.manifold_ode`][], rendered in
     `docs/equations.md`) instead of autodiff.
 
     Same Gaussian nodes, same field law and the same θ-average as
-    [`dynamics.models.attention.ManifoldField`][], so the two agree to round-off; only the per-node
-    integrands (the activation, `e²`, `Ĝ`, `ĝ^b`, `Γ`, ...) and the assembly of the ODE are the
-    generated code.
+    [`headflow.dynamics.models.attention.ManifoldField`][], so the two agree to round-off; only the
+    per-node integrands (the activation, `e²`, `Ĝ`, `ĝ^b`, `Γ`, ...) and the assembly of the ODE
+    are the generated code.
 
     `style` selects the code generator: `"einsum"` (vectorized array code, the default) or
     `"scalar"` (every entry unrolled through `sympy.lambdify`; small cases only).

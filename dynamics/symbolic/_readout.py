@@ -3,12 +3,12 @@ committee machine, and any model whose student and teacher are readouts `Σ_a c_
 unit activation under the squared loss.
 
 From the predictor, sympy derives the per-sample increments of `Q`, `R` and the readout `c`
-(`dynamics.models.sample_increment`: `U_Q = −η(G λᵀ + λ Gᵀ) + η² G Gᵀ`, `U_R = −η G λ*ᵀ`,
+(`headflow.dynamics.models.sample_increment`: `U_Q = −η(G λᵀ + λ Gᵀ) + η² G Gᵀ`, `U_R = −η G λ*ᵀ`,
 `U_c = −η_c ∂ℓ/∂c`, with `G = ∂ℓ/∂λ`), expands them into monomials of `g`, `g'`, the fields
 and the label noise `ζ`, and takes the expectation of each monomial: `ζ` is independent of the
 fields (`E ζ = 0`, `E ζ² = 1`), and each product of unit factors is one of the Gaussian integrals
-`I2, I3, I4, J2` of the unit ([`dynamics.units.AbstractUnit`][]). [`readout_rhs`][] evaluates
-the derived system with the unit's closed forms.
+`I2, I3, I4, J2` of the unit ([`headflow.dynamics.units.AbstractUnit`][]). [`readout_rhs`][]
+evaluates the derived system with the unit's closed forms.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def readout_section(K: int = 2, M: int = 1) -> str:
     out.append(eq("\\frac{dR_{11}}{dt}", ode.dR[0][0]))
     out.append(eq("\\frac{dc_1}{dt}", ode.dc[0]))
     out.append("In index form these are the ODEs of Saad & Solla and of Goldt et al. "
-               "([committee.md](committee.md#the-odes)). `dynamics.symbolic.readout_rhs` "
+               "([committee.md](committee.md#the-odes)). `headflow.dynamics.symbolic.readout_rhs` "
                "evaluates the derived system with the unit's closed-form integrals; "
                "`tests/test_symbolic_readout.py` checks it against the exact field to "
                "round-off.\n\n")

@@ -1,7 +1,7 @@
 """The attention model's finite-D online SGD (`docs/model.md#training-online-sgd`): in weight
 space ([`simulate`][], [`sgd_step`][]) and exactly in law in overlap space
 ([`simulate_overlaps`][], `docs/overlap-sgd.md`). Registered with the generic
-[`sims.run_sgd`][] (`sims.simulate_states`)."""
+[`headflow.sims.run_sgd`][] (`headflow.sims.simulate_states`)."""
 
 from ._sgd import field_gradients as field_gradients
 from ._sgd import sgd_step as sgd_step

@@ -21,10 +21,10 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes, check_stop,
-                      require_x64)
-from dynamics.ode import BLOWUP, bounded
-from dynamics.sharding import gather, shard_batch
+from headflow.dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes,
+                               check_stop, require_x64)
+from headflow.dynamics.ode import BLOWUP, bounded
+from headflow.dynamics.sharding import gather, shard_batch
 
 from .._runs import save_steps, seed_keys, segment_plan
 from .._wishart import as_float64, bartlett, chi_square, psd_factor
@@ -66,7 +66,7 @@ def reduce_overlaps(model: Model, ov: Overlaps) -> tuple[Float[Array, "N N"], Fl
 
 
 def expand_overlaps(model: Model, omega: Float[Array, "N N"], b: Float[Array, " H"]) -> Overlaps:
-    """The [`dynamics.Overlaps`][] (cross overlaps included) of one state `(Ω, b)`."""
+    """The [`headflow.dynamics.Overlaps`][] (cross overlaps included) of one state `(Ω, b)`."""
     idx = _full_rows(model)
     full = omega[idx][:, idx]
     return Overlaps.from_student_rows(full[:2 * model.H], b, model.F)
@@ -122,7 +122,7 @@ def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
                 ) -> tuple[Float[Array, "N N"], Float[Array, " H"]]:
     """The exact one-step map of online SGD on `(Ω, b)` (`docs/overlap-sgd.md`).
 
-    With `G_ℓ = ∂ℓ/∂λ_ℓ` (autodiff of the batch-mean [`dynamics.Model.loss`][]; zero on the
+    With `G_ℓ = ∂ℓ/∂λ_ℓ` (autodiff of the batch-mean [`headflow.dynamics.Model.loss`][]; zero on the
     teacher rows and on frozen values), `M = Σ_ℓ G_ℓ λ_ℓᵀ` and the weight-decay factor
     `d = 1 − ηλ/D` on the student rows (`Dg = diag(d, 1)`):
 
@@ -170,7 +170,7 @@ def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
 
 class ChainState(eqx.Module):
     """One run of the chain: `omega` (Ω over the independent rows), biases `b`, and the first
-    step at which Ω failed the check of `sims._wishart.psd_factor` (`fail_step`, −1: never)
+    step at which Ω failed the check of `headflow.sims._wishart.psd_factor` (`fail_step`, −1: never)
     with its relative pivot (`fail_pivot`, NaN when Ω was not finite)."""
 
     omega: Float[Array, "N N"]
@@ -223,8 +223,8 @@ def apply_step(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: 
     coordinates `c` of the batch's tokens (the signal token, at `eps`, shifted by `Cᵀ e_{K*} θ`),
     the fields `λ = C c`, the labels `y = λ_{v*,ε} + Δ ξ`, the token Gram matrix
     `x·x' = c·c' + T Tᵀ`, then [`gram_update`][]. Records the step in `fail_step` the first
-    time Ω fails the check of `sims._wishart.psd_factor`. The step sizes are those at
-    `t = step/D` ([`dynamics.StepSizes.at`][])."""
+    time Ω fails the check of `headflow.sims._wishart.psd_factor`. The step sizes are those at
+    `t = step/D` ([`headflow.dynamics.StepSizes.at`][])."""
     hp = hp.at(step / jnp.asarray(dim, jnp.float64))
     L = model.L
     s, F = n_students(model), model.F
@@ -303,8 +303,8 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
                       progress: bool = False, segments: int = 20, block: int = 128
                       ) -> Overlaps:
     """Online SGD simulated exactly in law through its overlaps (`docs/overlap-sgd.md`): the
-    counterpart of [`sims.attention.simulate`][] at a cost per step independent of `dim`, in
-    float64.
+    counterpart of [`headflow.sims.attention.simulate`][] at a cost per step independent of `dim`,
+    in float64.
 
     **Arguments:**
 
@@ -312,10 +312,10 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     - `dim`: D (at least `N + B·L + 1`, `n_rows`). `seeds`: a list of ints (one
       independent run each; the same seed gives the same run, bit for bit).
     - `times`: save times in `t = steps/D`, recorded after `round(t·D)` steps exactly as
-      [`sims.attention.simulate`][] does (0 = the initial state).
+      [`headflow.sims.attention.simulate`][] does (0 = the initial state).
     - `init`: `None` (a draw of the exact finite-D law of the random initialization with
       `init_std = (σ_k, σ_v, b_0)`, `initial_gram`), overlaps with a leading seed axis, or a
-      callable `init(key) -> Overlaps` (e.g. `dynamics.models.attention.random_start` of
+      callable `init(key) -> Overlaps` (e.g. `headflow.dynamics.models.attention.random_start` of
       actual weights).
       With frozen values the value blocks of the initial overlaps are ignored (`v_h = v*`).
     - `progress`: a progress bar on stderr. `segments`: device calls the run is cut into
@@ -323,11 +323,12 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     - `block`: steps whose random numbers are drawn together (speed; it is part of the random
       stream, so the same seeds give the same run for the same `block`).
 
-    **Returns:** the [`dynamics.Overlaps`][] (cross overlaps included) with leaves `(S, T, ...)`.
+    **Returns:** the [`headflow.dynamics.Overlaps`][] (cross overlaps included) with leaves `(S, T,
+    ...)`.
 
-    **Raises:** [`dynamics.DivergenceError`][] (one line, naming the seed and time) when the
-    overlaps become NaN/inf, exceed `dynamics.ode.BLOWUP` or stop being a valid Gram matrix;
-    [`dynamics.HeadflowError`][] when float64 is off or `dim` is too small.
+    **Raises:** [`headflow.dynamics.DivergenceError`][] (one line, naming the seed and time) when
+    the overlaps become NaN/inf, exceed `headflow.dynamics.ode.BLOWUP` or stop being a valid Gram
+    matrix; [`headflow.dynamics.HeadflowError`][] when float64 is off or `dim` is too small.
     """
     require_x64("the overlap-space SGD simulator")
     dim = int(dim)

@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from dynamics import Model, StepSizes, Teacher, Weights, sample_data
+from headflow.dynamics import Model, StepSizes, Teacher, Weights, sample_data
 
 
 def field_gradients(model: Model, w: Weights, X: Float[Array, "B L D"], y: Float[Array, " B"]):
     """Fields of a batch and the loss gradients with respect to them (local-field chain rule):
     `G^χ = ∂ℓ/∂χ`, `G^z = ∂ℓ/∂z` (each `B×H×L`) and `∂ℓ/∂b`, for the batch-mean loss.
-    The loss is [`dynamics.Model.loss`][], the same code the ODEs differentiate."""
+    The loss is [`headflow.dynamics.Model.loss`][], the same code the ODEs differentiate."""
     sqrt_d = jnp.sqrt(jnp.asarray(w.D, X.dtype))
     chi = jnp.einsum("hd,bld->bhl", w.K, X) / sqrt_d
     z = jnp.einsum("hd,bld->bhl", w.V, X) / sqrt_d
@@ -46,7 +46,7 @@ def advance(model: Model, hp: StepSizes, teacher: Teacher, w: Weights, key: PRNG
             start: Array, n_steps: Array) -> Weights:
     """Steps `start, …, start + n_steps − 1`; step `k` uses `fold_in(key, k)`, so results do not
     depend on how the run is cut into segments, and the step sizes at `t = k/D`
-    ([`dynamics.StepSizes.at`][]: a schedule is read at the time of each step)."""
+    ([`headflow.dynamics.StepSizes.at`][]: a schedule is read at the time of each step)."""
 
     def body(k, w):
         return sgd_step(model, hp.at(k / w.D), teacher, w, jr.fold_in(key, k))

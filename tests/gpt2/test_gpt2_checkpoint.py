@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-import validation.gpt2 as g
-from dynamics import HeadflowError
-from validation.cli import main
+import headflow.validation.gpt2 as g
+from headflow.dynamics import HeadflowError
+from headflow.validation.cli import main
 
 
 def _copy(src, dst):

@@ -17,9 +17,9 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import validation.gpt2 as g
-from dynamics import ConfigError
-from validation.cli import build_parser, main
+import headflow.validation.gpt2 as g
+from headflow.dynamics import ConfigError
+from headflow.validation.cli import build_parser, main
 
 pytestmark = pytest.mark.usefixtures("fast_compile")  # compile-bound: XLA at -O0
 
@@ -245,7 +245,7 @@ def test_openai_bpe_names_are_the_gpt2_files(tokenizer_dir, text_path, tmp_path,
     # without any data folder, the lookup ends at the package
     monkeypatch.delenv("HEADFLOW_GPT2_TOKENIZER", raising=False)
     monkeypatch.setenv("HEADFLOW_GPT2_DATA", str(tmp_path))
-    monkeypatch.setattr("validation.gpt2._data._repo_root", lambda: tmp_path / "repo")
+    monkeypatch.setattr("headflow.validation.gpt2._data._repo_root", lambda: tmp_path / "repo")
     monkeypatch.chdir(tmp_path)
     assert g.find_bpe_dir() == package and g.find_text() is None
     # a checkpoint written from the package's files carries the Hugging Face names
@@ -286,7 +286,8 @@ def test_bounds_interrupt_stops_cleanly(small_checkpoint, text_path, tmp_path, s
     none of the parents it created."""
     out = tmp_path / "nested" / "res"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "validation", "gpt2", "bounds", "--checkpoint",
+    proc = subprocess.Popen([sys.executable, "-m", "headflow.validation", "gpt2", "bounds",
+                             "--checkpoint",
                              str(small_checkpoint), "--text", str(text_path), "--normalizer", "all",
                              "--windows", "4", "--out", str(out)],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

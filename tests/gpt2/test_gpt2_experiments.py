@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import validation.gpt2 as g
-from validation.cli import main
+import headflow.validation.gpt2 as g
+from headflow.validation.cli import main
 
 pytestmark = pytest.mark.usefixtures("fast_compile")  # compile-bound: XLA at -O0
 

@@ -10,7 +10,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
-import validation.gpt2 as g
+import headflow.validation.gpt2 as g
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """Pieces shared by the commands: config arguments, the run folder, progress, summaries.
 
 Light on import (the parser is built from it): `dynamics`, numpy and the experiments are
-imported inside the functions that run a command (see `validation.commands._light`)."""
+imported inside the functions that run a command (see `headflow.validation.commands._light`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ._light import MIN_SAMPLES, known_activations
 
 if TYPE_CHECKING:
-    from dynamics import Config
+    from headflow.dynamics import Config
 
 
 def add_config_args(p: argparse.ArgumentParser, *, config_required: bool = False) -> None:
@@ -55,7 +55,7 @@ def add_out_args(p: argparse.ArgumentParser) -> None:
 
 def checked(args: argparse.Namespace, out: Path) -> dict:
     """The summary of a `--check` run: the inputs are valid, the output folder usable."""
-    from dynamics import HeadflowError
+    from headflow.dynamics import HeadflowError
 
     from .._rundir import check_writable
 
@@ -75,8 +75,8 @@ def replace_out(args: argparse.Namespace) -> bool:
 def config_from_args(args: argparse.Namespace, **flag_keys: str) -> Config:
     """Load `args.config` with the `--set` overrides, then the command's own flags, given as
     `attribute="section.key"` (e.g. `dim="sim.dim"`), when set."""
-    from dynamics import ConfigError, load_config
-    from dynamics.config import parse_value
+    from headflow.dynamics import ConfigError, load_config
+    from headflow.dynamics.config import parse_value
 
     overrides = list(args.set)
     given = {item.partition("=")[0].strip(): item for item in overrides}
@@ -103,7 +103,7 @@ def check_dims(cfg: Config, dims) -> None:
     """Every dimension of `dims` (`--dims` and friends) is one `sim.dim` could be: for the
     attention model it exceeds `model.F`; for another model the config validates with it (e.g.
     `sim.space = "overlaps"` needs `D ≥ N + B + 1`)."""
-    from dynamics import ConfigError
+    from headflow.dynamics import ConfigError
 
     if cfg.model_kind == "attention":
         small = [d for d in dims if d < cfg.model.F + 1]
@@ -122,7 +122,7 @@ def require_units(cfg: Config, needs: str, at_least: int = 2) -> None:
     """A one-line error unless the model has `at_least` exchangeable student units (attention
     heads, `model.H`; committee hidden units, `model.K`); `needs` is the start of the reason,
     e.g. `"phases need"`."""
-    from dynamics import ConfigError
+    from headflow.dynamics import ConfigError
 
     if cfg.model_kind == "attention":
         n, key, what = cfg.model.H, "model.H", "heads"
@@ -213,7 +213,7 @@ MODE_HELP = ("Mode: the ODE is integrated as gradient flow (the η² SGD-noise t
 def explicit_sgd_noise(config: str | Path | None, sets: list[str]) -> bool | None:
     """The value of `[ode] sgd_noise` when the user set it explicitly (in the TOML file or by
     `--set`, the last one winning), else None (the config default does not count)."""
-    from dynamics.config import parse_value
+    from headflow.dynamics.config import parse_value
 
     value = None
     if config is not None:
@@ -298,8 +298,8 @@ def activation_list(text: str) -> tuple[str, ...]:
 def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
                      title: str = "", limit: bool = False, weight_seeds: int = 0) -> dict:
     """Run a comparison of SGD with `theory` (`"ode"`, `"ode-per-seed"` or `"sde"`,
-    [`validation.experiments.compare.compare`][]; `paths` SDE paths, default `[sde] paths`) and
-    write its files into the run folder `rd`: `sgd.npz`, the theory's arrays (`ode.npz`;
+    [`headflow.validation.experiments.compare.compare`][]; `paths` SDE paths, default `[sde]
+    paths`) and write its files into the run folder `rd`: `sgd.npz`, the theory's arrays (`ode.npz`;
     `ode_per_seed.npz` or `sde.npz` with a run axis and each run's `escape` time, NaN when it
     never escapes), for ensembles `ensemble.npz` ([`ensemble_series`][]), `report.json` and
     `compare.png`. Returns the report.
@@ -311,8 +311,8 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     the weight-space runs it stands for."""
     import numpy as np
 
-    from dynamics.ode import ODEResult
-    from dynamics.sde import SDEResult
+    from headflow.dynamics.ode import ODEResult
+    from headflow.dynamics.sde import SDEResult
 
     from .._json import write as write_json
     from ..experiments.compare import (canonical_arrays, canonicalize, canonicalize_seeds,
@@ -324,7 +324,8 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
     with rd.timed("compare"):
         sgd, res, report = compare(cfg, theory=theory, paths=paths, progress=show_progress())
     rd.save_npz("sgd.npz", sgd.arrays())
-    layout = cfg.build_model().layout
+    model = cfg.build_model()
+    layout, observable = model.layout, model.escape_observable
     s, o = canonical_arrays(sgd, res, layout)
     if isinstance(res, ODEResult):
         rd.meta["ode_solver_steps"] = res.num_steps
@@ -356,10 +357,11 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
             ode = ode_from_seed_mean(cfg, sgd, progress=show_progress())
         rd.save_npz("limit.npz", ode.arrays())
         curve = canonicalize(ode.arrays(), layout)
-        esc = escapes_of(s["t"], {k: v[None] for k, v in curve.items() if k != "t"}, layout)[0]
+        esc = escapes_of(s["t"], {k: v[None] for k, v in curve.items() if k != "t"}, layout,
+                         observable=observable)[0]
         report["limit"] = {"risk_final": float(curve["risk"][-1]), "escape": esc}
     if weight_seeds:
-        from sims import run_sgd
+        from headflow.sims import run_sgd
 
         with rd.timed("sgd_weights"):
             ws = run_sgd(cfg.replace(**{"sim.space": "weights"}), seeds=weight_seeds,
@@ -369,7 +371,7 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
         final = weights["risk"][:, -1]
         report["weight_space"] = {
             "seeds": int(weight_seeds), "dtype": cfg.sim.dtype,
-            "escape": escapes_of(weights["t"], weights, layout),
+            "escape": escapes_of(weights["t"], weights, layout, observable=observable),
             "risk_final": float(final.mean()),
             "risk_final_sem": float(final.std(ddof=1) / np.sqrt(len(final)))
             if len(final) > 1 else None}
@@ -387,7 +389,7 @@ def write_comparison(rd, cfg, *, theory: str = "ode", paths: int | None = None,
 def require_attention(cfg: Config, command: str, reason: str | None = None) -> None:
     """A one-line error unless `cfg` is the attention model: `reason` says why `command` does
     not apply to another `model.kind`; without one, the command is not yet written for it."""
-    from dynamics import ConfigError
+    from headflow.dynamics import ConfigError
 
     if cfg.model_kind == "attention":
         return

@@ -5,10 +5,10 @@ the standard library and light modules of ours (tests/test_startup.py checks tha
 scipy, matplotlib, ... stay out). The choices and defaults shown in the help come from here:
 
 - constants of `dynamics` from `dynamics/_constants.py`, loaded without running
-  `dynamics/__init__.py` (which imports JAX); `dynamics.measures` and friends re-export them, so
-  each has one definition;
+  `dynamics/__init__.py` (which imports JAX); `headflow.dynamics.measures` and friends re-export
+  them, so each has one definition;
 - constants of the experiments from `validation/experiments/_constants.py`;
-- the activation names: the registry's ([`dynamics.activations.activation_names`][]) once
+- the activation names: the registry's ([`headflow.dynamics.activations.activation_names`][]) once
   `dynamics` is imported, else [`BUILTIN_ACTIVATIONS`][], the names it registers on import (a
   test checks that the two agree).
 """
@@ -29,16 +29,16 @@ from ..experiments._constants import THEORIES as THEORIES
 
 
 def _dynamics_constants() -> ModuleType:
-    """The module `dynamics._constants` (it imports nothing), loaded from its file when
+    """The module `headflow.dynamics._constants` (it imports nothing), loaded from its file when
     `dynamics` itself is not imported yet; a later `import dynamics` finds it in `sys.modules`
     and uses the same module."""
-    name = "dynamics._constants"
+    name = "headflow.dynamics._constants"
     module = sys.modules.get(name)
     if module is not None:
         return module
-    if "dynamics" in sys.modules:
+    if "headflow.dynamics" in sys.modules:
         return importlib.import_module(name)
-    package = importlib.util.find_spec("dynamics")      # locates, does not import
+    package = importlib.util.find_spec("headflow.dynamics")      # locates, does not import
     if package is None or not package.submodule_search_locations:  # pragma: no cover
         return importlib.import_module(name)
     path = Path(list(package.submodule_search_locations)[0]) / "_constants.py"
@@ -70,8 +70,8 @@ def known_activations() -> tuple[str, ...]:
     """The registered activations: the registry's names when `dynamics` is imported (it may
     hold activations registered since), else the built-in ones, which is what the registry holds
     once `dynamics` is imported."""
-    if "dynamics.activations" in sys.modules:
-        from dynamics.activations import activation_names
+    if "headflow.dynamics.activations" in sys.modules:
+        from headflow.dynamics.activations import activation_names
 
         return activation_names()
     return BUILTIN_ACTIVATIONS

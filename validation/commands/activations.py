@@ -77,9 +77,9 @@ def register(sub) -> None:
 def run(args) -> dict:
     import numpy as np
 
-    from dynamics import ConfigError, HeadflowError
-    from dynamics.activations import activation_names
-    from dynamics.expectations import get_expectation
+    from headflow.dynamics import ConfigError, HeadflowError
+    from headflow.dynamics.activations import activation_names
+    from headflow.dynamics.expectations import get_expectation
 
     from .._json import write as write_json
     from .._rundir import check_writable, run_dir

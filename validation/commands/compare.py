@@ -35,7 +35,7 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
-    from dynamics import ConfigError
+    from headflow.dynamics import ConfigError
 
     from .._rundir import run_dir
 

@@ -63,19 +63,19 @@ def register(sub) -> None:
 
 
 def demo_config_text() -> str:
-    return resources.files("validation").joinpath("configs/demo.toml").read_text()
+    return resources.files("headflow.validation").joinpath("configs/demo.toml").read_text()
 
 
 def bayes_summary(cfg, samples: int) -> dict:
-    """[`validation.experiments.bayes.bayes_summary`][], imported on first use."""
+    """[`headflow.validation.experiments.bayes.bayes_summary`][], imported on first use."""
     from ..experiments.bayes import bayes_summary as summary
 
     return summary(cfg, samples)
 
 
 def run(args) -> dict:
-    from dynamics import Config, ConfigError
-    from dynamics.config import parse_value
+    from headflow.dynamics import Config, ConfigError
+    from headflow.dynamics.config import parse_value
 
     from .._json import write as write_json
     from .._rundir import run_dir

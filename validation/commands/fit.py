@@ -52,7 +52,7 @@ def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """`(t, risk)` of an npz file; a seed axis of `risk` is averaged over."""
     import numpy as np
 
-    from dynamics import HeadflowError
+    from headflow.dynamics import HeadflowError
 
     try:
         with np.load(path) as data:
@@ -74,8 +74,8 @@ def read_curve(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def run(args) -> dict:
-    from dynamics import HeadflowError
-    from dynamics.ode import differentiable_keys
+    from headflow.dynamics import HeadflowError
+    from headflow.dynamics.ode import differentiable_keys
 
     from .._json import write as write_json
     from .._rundir import run_dir

@@ -68,8 +68,8 @@ def require_out_file(out: Path) -> None:
 def _tokenizer_dir(given: Path | None, checkpoint: Path | None = None) -> Path:
     """`--tokenizer DIR`, else the checkpoint folder, else the shared lookup order
     ([`find_bpe_dir`][]); its files must be there."""
-    import validation.gpt2 as g
-    from dynamics import HeadflowError
+    import headflow.validation.gpt2 as g
+    from headflow.dynamics import HeadflowError
 
     if given is not None:
         if not g.has_tokenizer(given):
@@ -87,7 +87,7 @@ def _tokenizer_dir(given: Path | None, checkpoint: Path | None = None) -> Path:
 
 
 def _check_length(length: int, n_positions: int) -> None:
-    from dynamics import HeadflowError
+    from headflow.dynamics import HeadflowError
 
     if length < 2:
         raise HeadflowError(f"--length {length}: need L ≥ 2 (at least one selected and one "
@@ -99,7 +99,7 @@ def _check_length(length: int, n_positions: int) -> None:
 
 def _text_tokens(text: Path, tokenizer, length: int, *, windows: int = 1, offset: int = 0,
                  vocab_size: int):
-    import validation.gpt2 as g
+    import headflow.validation.gpt2 as g
 
     return g.text_tokens(tokenizer, g.read_text(text), length, offset=offset, windows=windows,
                          source=f"text {text}", vocab_size=vocab_size)
@@ -341,7 +341,7 @@ def run_random_checkpoint(args: argparse.Namespace) -> dict[str, Any]:
     import jax.random as jr
     import tomli_w
 
-    import validation.gpt2 as g
+    import headflow.validation.gpt2 as g
 
     from .._json import to_jsonable
     from .._rundir import default_out, run_dir
@@ -424,7 +424,7 @@ def run_extract(args: argparse.Namespace) -> dict[str, Any]:
     import jax.numpy as jnp
     import numpy as np
 
-    import validation.gpt2 as g
+    import headflow.validation.gpt2 as g
 
     from .._json import to_jsonable
 
@@ -487,8 +487,8 @@ def _toml_keys(text: str) -> list[str]:
 
 
 def _normalizer_names(text: str) -> list[str]:
-    import validation.gpt2 as g
-    from dynamics import HeadflowError
+    import headflow.validation.gpt2 as g
+    from headflow.dynamics import HeadflowError
 
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
@@ -505,10 +505,10 @@ def bounds_config(args: argparse.Namespace, n_positions: int):
 
     **Arguments:** the parsed arguments and the model's context `n_positions`.
 
-    **Returns:** the config. Raises [`dynamics.HeadflowError`][] for bad values.
+    **Returns:** the config. Raises [`headflow.dynamics.HeadflowError`][] for bad values.
     """
-    import validation.gpt2 as g
-    from dynamics import HeadflowError
+    import headflow.validation.gpt2 as g
+    from headflow.dynamics import HeadflowError
 
     overrides = dict(g.parse_override(s) for s in args.set)
     for attr, key in (
@@ -561,7 +561,7 @@ def run_bounds_command(args: argparse.Namespace) -> dict[str, Any]:
     write `report.json` (strict JSON), `curves.npz` and the figures."""
     import numpy as np
 
-    import validation.gpt2 as g
+    import headflow.validation.gpt2 as g
 
     from .._json import to_jsonable
     from .._json import write as write_json
@@ -642,7 +642,7 @@ def run_train(args: argparse.Namespace) -> dict[str, Any]:
     `train_log.json` (strict JSON)."""
     import tomli_w
 
-    import validation.gpt2 as g
+    import headflow.validation.gpt2 as g
 
     from .._json import to_jsonable
     from .._json import write as write_json

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
-    from dynamics.ode import run_ode
+    from headflow.dynamics.ode import run_ode
 
     from .._results import store
     from .._rundir import default_out, run_dir

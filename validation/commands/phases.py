@@ -38,9 +38,9 @@ def register(sub) -> None:
 def run(args) -> dict:
     import jax
 
-    from dynamics import ConfigError
-    from dynamics.measures import alignment
-    from sims import run_sgd
+    from headflow.dynamics import ConfigError
+    from headflow.dynamics.measures import alignment
+    from headflow.sims import run_sgd
 
     from .._json import write as write_json
     from .._rundir import run_dir
@@ -56,7 +56,8 @@ def run(args) -> dict:
         raise ConfigError("--engine-field: chooses the nodes of the attention model's manifold "
                           f"field; model.kind = {cfg.model_kind!r} integrates its configured "
                           "field ([ode] expectation)")
-    layout = cfg.build_model().layout
+    model = cfg.build_model()
+    layout = model.layout
     a_name, g_name = layout.alignment
     _, feature, _ = alignment_labels(layout)
     theta = args.threshold
@@ -81,8 +82,10 @@ def run(args) -> dict:
             sa = sgd.arrays()
             rd.save_npz("sgd.npz", sa)
             ov0 = jax.tree.map(lambda x: x[0, 0], sgd.overlaps)
-            per_seed = [layout_phases(sa["t"], {k: sa[k][i] for k in layout.alignment},
-                                      layout, threshold=theta)
+            per_seed = [layout_phases(sa["t"], {k: v[i] for k, v in sa.items()
+                                                if k not in ("t", "steps", "seeds")},
+                                      layout, threshold=theta,
+                                      observable=model.escape_observable)
                         for i in range(len(sgd.seeds))]
             summary["sgd"] = {**seed_summary(per_seed), "seeds_list": list(sgd.seeds),
                               "per_seed": [p.to_dict() for p in per_seed]}

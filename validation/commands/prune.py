@@ -57,9 +57,9 @@ def run(args) -> dict:
     import jax
     import numpy as np
 
-    from dynamics import DivergenceError, HeadflowError
-    from dynamics.expectations import get_expectation
-    from sims import run_sgd
+    from headflow.dynamics import DivergenceError, HeadflowError
+    from headflow.dynamics.expectations import get_expectation
+    from headflow.sims import run_sgd
 
     from .._json import write as write_json
     from .._rundir import check_writable, run_dir

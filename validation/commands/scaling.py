@@ -34,7 +34,7 @@ def register(sub) -> None:
 
 
 def run(args) -> dict:
-    from dynamics import ConfigError
+    from headflow.dynamics import ConfigError
 
     from .._json import write as write_json
     from .._rundir import run_dir

@@ -60,7 +60,7 @@ def register(sub) -> None:
 def run(args) -> dict:
     import numpy as np
 
-    from dynamics import HeadflowError
+    from headflow.dynamics import HeadflowError
 
     from .._json import write as write_json
     from .._rundir import run_dir

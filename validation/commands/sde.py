@@ -29,10 +29,10 @@ def register(sub) -> None:
 def run(args) -> dict:
     import numpy as np
 
-    from dynamics import ConfigError, DivergenceError
-    from dynamics.measures import escape_quantiles
-    from dynamics.ode import BLOWUP
-    from dynamics.sde import run_sde
+    from headflow.dynamics import ConfigError, DivergenceError
+    from headflow.dynamics.measures import escape_quantiles
+    from headflow.dynamics.ode import BLOWUP
+    from headflow.dynamics.sde import run_sde
 
     from .._rundir import run_dir
     from ..plots.fan import plot_fan

@@ -25,7 +25,7 @@ def register(sub) -> None:
 def run(args) -> dict:
     import numpy as np
 
-    from sims import run_sgd
+    from headflow.sims import run_sgd
 
     from .._rundir import run_dir
     from ..plots.trajectories import plot_trajectories

@@ -10,9 +10,9 @@ EXTRAPOLATE = (10_000, 100_000, 1_000_000)
 """Default dimensions of the SDE extrapolation (beyond the reach of SGD)."""
 
 MODELS = ("ode", "sde")
-"""The models of a curve: `"ode"` ([`dynamics.ode.curve_from_config`][], the D → ∞ limit from one
-initial state) and `"sde"` ([`dynamics.sde.sde_curve_from_config`][], the mean over SDE paths
-at `[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
+"""The models of a curve: `"ode"` ([`headflow.dynamics.ode.curve_from_config`][], the D → ∞ limit
+from one initial state) and `"sde"` ([`headflow.dynamics.sde.sde_curve_from_config`][], the mean
+over SDE paths at `[sim] dim`: the model of an SGD seed mean when the escapes spread)."""
 
 PRUNABLE_TOLERANCE = 0.05
 """`prunable`: heads removable before the risk exceeds `(1 + 0.05) ×` the unpruned risk."""

@@ -3,8 +3,8 @@ cost of SGD noise, and the number of heads.
 
 Every "final risk" here is the risk of a long-time state of the order-parameter ODE, reached by
 integration from a small random start and checked for stationarity
-([`dynamics.analysis.find_fixed_point`][]), evaluated on a larger node set than the one that
-drove the ODE. Definitions and decisions: `docs/activations.md`.
+([`headflow.dynamics.analysis.find_fixed_point`][]), evaluated on a larger node set than the one
+that drove the ODE. Definitions and decisions: `docs/activations.md`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from dynamics import Config, Overlaps, bayes_risk, population_risk
-from dynamics.expectations import AbstractExpectation, get_expectation
-from dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish, StationarityTest,
-                               find_fixed_point)
-from dynamics.ode import (Integrator, NodeChange, backend_of, build_field, initial_state,
+from headflow.dynamics import Config, Overlaps, bayes_risk, population_risk
+from headflow.dynamics.expectations import AbstractExpectation, get_expectation
+from headflow.dynamics.analysis import (STATIONARY_Z, Chunks, FixedPoint, NewtonPolish,
+                                        StationarityTest, find_fixed_point)
+from headflow.dynamics.ode import (Integrator, NodeChange, backend_of, build_field, initial_state,
                           node_change, node_count, segment_start)
-from dynamics.models.attention import trajectory_risk
-from sims import run_sgd
+from headflow.dynamics.models.attention import trajectory_risk
+from headflow.sims import run_sgd
 
 from ._constants import BAYES_TOLERANCE as BAYES_TOLERANCE  # light: shown by `--help`
 from .convergence import Claim, below, within
@@ -106,8 +106,9 @@ def long_time(cfg: Config, *, t_max: float, t_first: float | None = None,
     the ODE's own), `z` the stationarity tolerance, `polish`/`polish_after` the Newton
     acceleration of [`find_fixed_point`][] (manifold form only), `progress(t, check)`,
     `node_check`: rerun the final segment (from the state saved at half the time reached, see
-    [`dynamics.ode.segment_start`][]) on 4× the nodes, with the same fixed-point search, and
-    record the change of the final risk and of the state ([`dynamics.ode.node_change`][]).
+    [`headflow.dynamics.ode.segment_start`][]) on 4× the nodes, with the same fixed-point search,
+    and record the change of the final risk and of the state
+    ([`headflow.dynamics.ode.node_change`][]).
 
     **Returns:** a [`LongTimeRun`][].
     """
@@ -226,7 +227,7 @@ def activation_verdicts(runs: dict[str, list[LongTimeRun]], bayes: Sequence[floa
                         bayes_err: Sequence[float], support: int | None) -> list[Claim]:
     """The claims of `headflow activations` at each amplitude of a sweep: Bayes-softmax within
     `BAYES_TOLERANCE` of R_Bayes (when `H = support`), and softmax-1 below softmax; each with
-    its node-convergence check ([`validation.experiments.convergence`][])."""
+    its node-convergence check ([`headflow.validation.experiments.convergence`][])."""
     out = []
     for i, (rb, rbe) in enumerate(zip(bayes, bayes_err)):
         bs = runs.get("bayes_softmax")
@@ -282,9 +283,10 @@ def sgd_point(cfg: Config, *, dim: int, seeds: int, t: float, tail: float = 0.25
     """Run SGD (`[training]`, `[model]`, `[prior]` of `cfg`) at dimension `dim` over `seeds`
     to time `t`; the risk is averaged over the last `tail` of the run and then over seeds.
 
-    `start`: overlaps to build the initial weights from ([`dynamics.weights_from_overlaps`][],
-    e.g. a gradient-flow fixed point, to measure the stationary SGD risk without waiting for
-    the escape); default the random initialization of `[training]`."""
+    `start`: overlaps to build the initial weights from
+    ([`headflow.dynamics.weights_from_overlaps`][], e.g. a gradient-flow fixed point, to measure
+    the stationary SGD risk without waiting for the escape); default the random initialization of
+    `[training]`."""
     times = np.linspace(0.0, t, n_save)
     res = run_sgd(cfg, dim=dim, seeds=seeds, times=times, start=start)
     risk = np.asarray(res.risk)                          # (S, T)
@@ -302,7 +304,7 @@ def ode_tail_risk(cfg: Config, *, t: float, tail: float = 0.25, n_save: int = 41
                   eval_backend: AbstractExpectation | None = None) -> float:
     """The ODE of `cfg` (its own mode) from `[ode] init` to time `t`, its risk averaged over
     the last `tail` of the same save grid as [`sgd_point`][] (the theory for an SGD point)."""
-    from dynamics.ode import run_ode
+    from headflow.dynamics.ode import run_ode
 
     times = np.linspace(0.0, t, n_save)
     res = run_ode(cfg, times=times)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from dynamics import Config, bayes_construction, bayes_risk, population_risk
-from dynamics.activations import BayesSoftmax, Softmax
-from dynamics.expectations import get_expectation
-from dynamics.priors import AbstractDiscretePrior
+from headflow.dynamics import Config, bayes_construction, bayes_risk, population_risk
+from headflow.dynamics.activations import BayesSoftmax, Softmax
+from headflow.dynamics.expectations import get_expectation
+from headflow.dynamics.priors import AbstractDiscretePrior
 
 
 def bayes_summary(cfg: Config, samples: int) -> dict:

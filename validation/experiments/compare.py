@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import diffrax as dfx
@@ -12,28 +13,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
-from dynamics.measures import ESCAPE_THRESHOLD, escape_quantiles, escape_time
-from dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
+from headflow.dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
+from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escape_quantiles,
+                                        head_spread)
+from headflow.dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
                           model_arrays, run_ode, solve, traced_values)
-from dynamics.hooks import ode_state, state_risk
-from dynamics.sde import SDEResult, run_sde
-from sims import SGDResult, run_sgd
+from headflow.dynamics.hooks import ode_state, state_risk
+from headflow.dynamics.sde import SDEResult, run_sde
+from headflow.sims import SGDResult, run_sgd
 
 from ..verdicts import ks_distance, mean_gap, overall, spread_gap, verdict
 from ._constants import THEORIES as THEORIES  # light: shown by `headflow compare --help`
 
 MEAN_TOLERANCE = 0.5
 """The ensemble means of the risk agree when, at every saved time, they differ by at most this
-many standard deviations of a run ([`validation.verdicts.mean_gap`][])."""
+many standard deviations of a run ([`headflow.validation.verdicts.mean_gap`][])."""
 
 SPREAD_TOLERANCE = math.log(1.25)
 """The ensemble spreads of the risk agree when their log ratio, averaged over the saved times, is
-within this (a 25% difference; [`validation.verdicts.spread_gap`][])."""
+within this (a 25% difference; [`headflow.validation.verdicts.spread_gap`][])."""
 
 ESCAPE_TOLERANCE = 0.2
 """The escape-time distributions agree when their distribution functions differ by at most
-this at every time (the Kolmogorov–Smirnov distance, [`validation.verdicts.ks_distance`][])."""
+this at every time (the Kolmogorov–Smirnov distance,
+[`headflow.validation.verdicts.ks_distance`][])."""
 
 NEVER_ESCAPED = ("a run that never escapes counts as escaping at +inf: both ensembles are "
                  "observed over the same [0, t_max], so this is the same right-censoring on both "
@@ -145,17 +148,31 @@ def unit_mean(x: np.ndarray, axis: int) -> np.ndarray:
     return np.asarray(x).mean(axis=axis)
 
 
+def escape_curves(arrays: dict[str, np.ndarray], layout: Layout = ATTENTION,
+                  observable: Callable | None = None) -> np.ndarray:
+    """The escape observable of runs given by their named arrays (any leading axes kept):
+    `observable(arrays)` (a model's `escape_observable`), by default the head spread of the
+    alignment arrays of `layout` ([`headflow.dynamics.measures.head_spread`][])."""
+    if observable is None:
+        a, g = layout.alignment
+        return np.asarray(head_spread(np.asarray(arrays[a]), np.asarray(arrays[g])))
+    return np.asarray(observable(arrays))
+
+
 def escapes_of(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout = ATTENTION, *,
-               threshold: float = ESCAPE_THRESHOLD) -> list[float | None]:
-    """The escape time of every run of an ensemble (arrays `(S, T, ...)`; None: never), from
-    the alignment arrays of `layout` ([`dynamics.measures.escape_time`][] at `threshold`)."""
-    a, g = layout.alignment
-    return [escape_time(t, arrays[a][i], arrays[g][i], threshold)
-            for i in range(arrays[a].shape[0])]
+               threshold: float = ESCAPE_THRESHOLD, observable: Callable | None = None
+               ) -> list[float | None]:
+    """The escape time of every run of an ensemble (arrays `(S, T, ...)`; None: never): the
+    [`headflow.dynamics.measures.escape_crossing`][] of `threshold` by its
+    [`escape_curves`][] (the model's `escape_observable` when given, else the head spread of
+    the alignment arrays of `layout`)."""
+    return [escape_crossing(t, x, threshold)
+            for x in escape_curves(arrays, layout, observable)]
 
 
-def _sgd_escapes(sgd: dict[str, np.ndarray], layout: Layout) -> list[float | None]:
-    return escapes_of(sgd["t"], sgd, layout)
+def _sgd_escapes(sgd: dict[str, np.ndarray], layout: Layout,
+                 observable: Callable | None = None) -> list[float | None]:
+    return escapes_of(sgd["t"], sgd, layout, observable=observable)
 
 
 def _pre_escape_end(t: np.ndarray, escapes: list[float | None]) -> float:
@@ -165,7 +182,8 @@ def _pre_escape_end(t: np.ndarray, escapes: list[float | None]) -> float:
 
 
 def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, dim: int,
-                     seeds: int, layout: Layout = ATTENTION) -> dict:
+                     seeds: int, layout: Layout = ATTENTION,
+                     observable: Callable | None = None) -> dict:
     """Quantitative agreement between the ODE and the seed mean of SGD on a common
     time grid: sup-norm deviations of the risk and of each order parameter over the whole run,
     over the pre-escape window (before any SGD seed or the ODE leaves the unspecialized plateau,
@@ -173,12 +191,13 @@ def agreement_report(sgd: dict[str, np.ndarray], ode: dict[str, np.ndarray], *, 
 
     Heads are exchangeable, and which head takes which direction at the specialization escape
     is random: every run (each seed and the ODE) is first put in its canonical head order
-    ([`canonical_permutation`][])."""
+    ([`canonical_permutation`][]). Escapes: [`escapes_of`][] with `observable` (the model's
+    `escape_observable`; default the head spread of `layout`)."""
     sgd, ode = canonicalize_seeds(sgd, layout), canonicalize(ode, layout)
     t = sgd["t"]
     rs, ro = sgd["risk"].mean(axis=0), ode["risk"]
-    esc_sgd = _sgd_escapes(sgd, layout)
-    esc_ode = escape_time(t, ode[layout.alignment[0]], ode[layout.alignment[1]])
+    esc_sgd = _sgd_escapes(sgd, layout, observable)
+    esc_ode = escape_crossing(t, escape_curves(ode, layout, observable))
     rep = _deviations(sgd, ode, _pre_escape_end(t, esc_sgd + [esc_ode]), dim=dim, seeds=seeds,
                       layout=layout)
     rep["risk_mc_err"] = float(max(sgd["risk_err"].max(), ode["risk_err"].max()))
@@ -248,20 +267,20 @@ def agreement_verdicts(t: np.ndarray, sgd_risk: np.ndarray, theory_risk: np.ndar
                        names: tuple[str, str] = ("seeds", "theory runs")) -> dict:
     """The three verdicts on the risk of two ensembles (`(S, T)` and `(N, T)` on the common grid
     `t`) and their escape times (None/NaN: never escaped), each
-    [`validation.verdicts.verdict`][] (agree, disagree or not resolved at this size, from a
+    [`headflow.validation.verdicts.verdict`][] (agree, disagree or not resolved at this size, from a
     permutation test and a bootstrap bound over seeds and paths):
 
     - `mean`: the largest standardized difference of the means over time
-      ([`validation.verdicts.mean_gap`][], tolerance [`MEAN_TOLERANCE`][]; `t_gap`: where);
+      ([`headflow.validation.verdicts.mean_gap`][], tolerance [`MEAN_TOLERANCE`][]; `t_gap`: where);
     - `std`: the time-averaged log ratio of the standard deviations
-      ([`validation.verdicts.spread_gap`][], tolerance [`SPREAD_TOLERANCE`][]; `ratio`: the
+      ([`headflow.validation.verdicts.spread_gap`][], tolerance [`SPREAD_TOLERANCE`][]; `ratio`: the
       ratio theory/SGD it stands for);
     - `escape`: the Kolmogorov–Smirnov distance of the escape times
-      ([`validation.verdicts.ks_distance`][], tolerance [`ESCAPE_TOLERANCE`][]; never-escaped
-      runs as in [`NEVER_ESCAPED`][]).
+      ([`headflow.validation.verdicts.ks_distance`][], tolerance [`ESCAPE_TOLERANCE`][];
+      never-escaped runs as in [`NEVER_ESCAPED`][]).
 
-    `all` is the overall word ([`validation.verdicts.overall`][]); `names` say what the runs of
-    each side are, for the phrase of a verdict not resolved."""
+    `all` is the overall word ([`headflow.validation.verdicts.overall`][]); `names` say what the
+    runs of each side are, for the phrase of a verdict not resolved."""
     a, b = np.asarray(sgd_risk, np.float64), np.asarray(theory_risk, np.float64)
     mean = verdict(a, b, mean_gap, tolerance=MEAN_TOLERANCE, seed=seed,
                    names=names).to_dict()
@@ -319,7 +338,8 @@ def _summary(series: dict[str, np.ndarray], name: str) -> dict:
 
 
 def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *, dim: int,
-                    theory_name: str, layout: Layout = ATTENTION) -> dict:
+                    theory_name: str, layout: Layout = ATTENTION,
+                    observable: Callable | None = None) -> dict:
     """The agreement of a theory ensemble (SDE paths or ODEs per seed, arrays `(N, T, ...)`)
     with the SGD seeds (`(S, T, ...)`) on the common grid `sgd["t"]`, every run in its
     canonical head order.
@@ -328,7 +348,8 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
     mean (`final` with `risk_theory` and its standard error, `escape` with both ensembles'
     escape times, their quantiles and the KS test), `verdicts` ([`agreement_verdicts`][]) and
     `ensemble` (per quantity: the largest mean difference in standard errors, the mean std
-    ratio and both final moments)."""
+    ratio and both final moments). Escapes: [`escapes_of`][] with `observable` (the model's
+    `escape_observable`; default the head spread of `layout`)."""
     sgd, theory = canonicalize_seeds(sgd, layout), canonicalize_seeds(theory, layout)
     t = sgd["t"]
     S, N = sgd["risk"].shape[0], theory["risk"].shape[0]
@@ -336,8 +357,8 @@ def ensemble_report(sgd: dict[str, np.ndarray], theory: dict[str, np.ndarray], *
         raise HeadflowError(f"theory has {theory['risk'].shape[1]} saved times, SGD {len(t)}")
     series = ensemble_series(sgd, theory, layout)
     center = {n: series[f"theory_mean_{n}"] for n in ("risk",) + layout.names}
-    esc_sgd = _sgd_escapes(sgd, layout)
-    esc_th = escapes_of(t, theory, layout)
+    esc_sgd = _sgd_escapes(sgd, layout, observable)
+    esc_th = escapes_of(t, theory, layout, observable=observable)
     rep = {"theory": theory_name,
            **_deviations(sgd, center, _pre_escape_end(t, esc_sgd + esc_th), dim=dim, seeds=S,
                          layout=layout),
@@ -388,8 +409,9 @@ class ODEEnsemble(eqx.Module):
 
 @eqx.filter_jit
 def _solve_seeds(field, ov0s: Any, ts, integrator: Integrator):
-    """[`dynamics.ode.solve`][] vmapped over the initial states, all on one device (the field's
-    node chunks sized for that batch, [`dynamics.fields.AbstractField.batched`][])."""
+    """[`headflow.dynamics.ode.solve`][] vmapped over the initial states, all on one device (the
+    field's node chunks sized for that batch,
+    [`headflow.dynamics.fields.AbstractField.batched`][])."""
     field = field.batched(jax.tree.leaves(ov0s)[0].shape[0])
     sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
@@ -398,11 +420,11 @@ def _solve_seeds(field, ov0s: Any, ts, integrator: Integrator):
 def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
     """The configured ODE (`[ode]`: form, nodes, solver) from each seed's own measured initial
     overlaps, on the SGD save grid, all seeds in one vmapped solve (one compiled program, the
-    same field and integrator as [`dynamics.ode.run_ode`][]; `samples = "auto"` is sized once,
-    from the seed-mean start).
+    same field and integrator as [`headflow.dynamics.ode.run_ode`][]; `samples = "auto"` is sized
+    once, from the seed-mean start).
 
-    **Raises:** [`dynamics.DivergenceError`][] / [`dynamics.HeadflowError`][] naming the first
-    seed whose ODE diverged or hit `ode.max_steps`."""
+    **Raises:** [`headflow.dynamics.DivergenceError`][] / [`headflow.dynamics.HeadflowError`][]
+    naming the first seed whose ODE diverged or hit `ode.max_steps`."""
     model = cfg.build_model()
     starts = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
     starts = jax.vmap(lambda o: ode_state(model, cfg, o))(starts)
@@ -434,16 +456,16 @@ def _explain_seeds(sgd: SGDResult, ys, result, times: np.ndarray, integrator: In
 
 
 def ode_from_seed_mean(cfg: Config, sgd: SGDResult, *, progress: bool = False) -> ODEResult:
-    """The D → ∞ theory of an SGD run: [`dynamics.ode.run_ode`][] from the seed mean of the
+    """The D → ∞ theory of an SGD run: [`headflow.dynamics.ode.run_ode`][] from the seed mean of the
     measured initial overlaps ([`seed_mean_initial`][]), on the SGD save grid."""
     return run_ode(cfg, seed_mean_initial(sgd), np.asarray(sgd.t), progress=progress)
 
 
 def run_sde_checked(cfg: Config, dim: int, paths: int | None, *, progress: bool = False
                     ) -> SDEResult:
-    """[`dynamics.sde.run_sde`][] at `dim`; a one-line [`dynamics.DivergenceError`][] when a
-    path diverged (NaN/inf or above `BLOWUP`). Paths that only left the PSD cone are kept
-    (`paths_invalid` in the report)."""
+    """[`headflow.dynamics.sde.run_sde`][] at `dim`; a one-line
+    [`headflow.dynamics.DivergenceError`][] when a path diverged (NaN/inf or above `BLOWUP`). Paths
+    that only left the PSD cone are kept (`paths_invalid` in the report)."""
     res = run_sde(cfg, dim=dim, paths=paths, progress=progress)
     bounded = res.paths_bounded
     if not bounded.all():
@@ -473,12 +495,14 @@ def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     [`ensemble_series`][] of the [`canonical_arrays`][]."""
     if theory not in THEORIES:
         raise HeadflowError(f"--theory {theory!r}: choose from {', '.join(THEORIES)}")
-    layout = cfg.build_model().layout
+    model = cfg.build_model()
+    layout, observable = model.layout, model.escape_observable
     sgd = run_sgd(cfg, dim=dim, seeds=seeds, progress=progress)
     if theory == "ode":
         ode = ode_from_seed_mean(cfg, sgd, progress=progress)
         report = {"theory": "ode", **agreement_report(sgd.arrays(), ode.arrays(), dim=sgd.dim,
-                                                      seeds=len(sgd.seeds), layout=layout)}
+                                                      seeds=len(sgd.seeds), layout=layout,
+                                                      observable=observable)}
         report.update(_ode_settings(cfg))
         return sgd, ode, report
     res: ODEEnsemble | SDEResult
@@ -488,7 +512,8 @@ def compare(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
         res = run_sde_checked(cfg, sgd.dim, paths, progress=progress)
     th = res.arrays()
     th["t"] = np.asarray(sgd.t)
-    report = ensemble_report(sgd.arrays(), th, dim=sgd.dim, theory_name=theory, layout=layout)
+    report = ensemble_report(sgd.arrays(), th, dim=sgd.dim, theory_name=theory, layout=layout,
+                             observable=observable)
     if theory == "ode-per-seed":
         report.update(_ode_settings(cfg))
     else:

@@ -4,9 +4,9 @@ what the ODE's nodes can move it by.
 
 The numbers behind a long-time verdict (a final risk, a pruning curve, the times at which the
 features are told apart) come from an ODE on a fixed set of Gaussian nodes. Each run's final
-segment is rerun on 4× the nodes ([`dynamics.ode.node_change`][]); the *margin* of a claim is how
-far the measured quantity is from the claim's boundary (e.g. `0.02·R_Bayes − (R − R_Bayes)` for
-"within 2% of R_Bayes"), and its *change* the sum of the node changes of the runs it compares
+segment is rerun on 4× the nodes ([`headflow.dynamics.ode.node_change`][]); the *margin* of a claim
+is how far the measured quantity is from the claim's boundary (e.g. `0.02·R_Bayes − (R − R_Bayes)`
+for "within 2% of R_Bayes"), and its *change* the sum of the node changes of the runs it compares
 (the most the margin can move by between the two node counts). A verdict whose margin is not
 larger than that change, or whose claim holds at one node count and not at the other, is "not
 resolved by the numerics".
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dynamics.ode import NodeChange
+from headflow.dynamics.ode import NodeChange
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"

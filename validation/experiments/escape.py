@@ -1,11 +1,11 @@
 """Escape times from the unspecialized plateau versus D (`docs/phases.md`): SGD measurements
-against the linear-stability prediction of [`dynamics.analysis`][].
+against the linear-stability prediction of [`headflow.dynamics.analysis`][].
 
 - **measured**: for each D and seed, online SGD from a random start; the escape time is the
   persistent crossing of the head spread `max_f max_{h,h'} |α_hf − α_h'f|` through θ
-  ([`dynamics.measures.escape_time`][], the plateau exit of
-  [`validation.experiments.phases.detect_phases`][]). Slope in `ln D` by ordinary least squares
-  over every
+  ([`headflow.dynamics.measures.escape_time`][], the plateau exit of
+  [`headflow.validation.experiments.phases.detect_phases`][]). Slope in `ln D` by ordinary least
+  squares over every
   run that escaped, with a Student-t 95% interval.
 - **predicted**: the symmetric trajectory and the tangent-linear propagator `Φ(t)` of the head
   differences along it; the linearized head spread of a random start at dimension D is
@@ -16,19 +16,22 @@ against the linear-stability prediction of [`dynamics.analysis`][].
   prediction fits `c'` (one number: where on the growth curve the escapes happen) and predicts
   the *slope*, `d t_esc / d ln D = 1/(2λ(t_esc))`, from the growth rate alone. Reports call
   it the **calibrated** prediction.
-- **SDE** (parameter-free): paths of the overlaps' diffusion limit ([`dynamics.sde.run_sde`][],
-  `docs/sde.md`) at each D, each from its own random start at D, with the escape time measured
-  on every path exactly as on an SGD run. Nothing is fitted: its mean, median and 10/90%
-  quantiles per D, its slope in `ln D` by the same least-squares fit as the measured one
-  ([`fit_slope`][]), and the same statistics at dimensions SGD cannot reach (the SDE's cost does
-  not depend on D). Censored paths (no escape by `t_max`) are counted and left out of means and
-  fits, as for SGD.
+- **SDE** (parameter-free): paths of the overlaps' diffusion limit
+  ([`headflow.dynamics.sde.run_sde`][], `docs/sde.md`) at each D, each from its own random start at
+  D, with the escape time measured on every path exactly as on an SGD run. Nothing is fitted: its
+  mean, median and 10/90% quantiles per D, its slope in `ln D` by the same least-squares fit as the
+  measured one ([`fit_slope`][]), and the same statistics at dimensions SGD cannot reach (the SDE's
+  cost does not depend on D). Censored paths (no escape by `t_max`) are counted and left out of
+  means and fits, as for SGD.
 
-Any model of the family runs through it: "heads" are its student units and the alignment is
-read off the two arrays its [`dynamics.Layout`][] names (`(R, Q)` for the committee machine,
-`docs/committee.md`). The linear-stability prediction is written for the attention model's
-heads and for the student units of a model of the family (`docs/committee.md`); both through
-[`dynamics.analysis.linear_stability`][] on the modes of [`dynamics.analysis.default_modes`][].
+Any model of the family runs through it: "heads" are its student units and the escape is the
+crossing of the observable the model declares (`escape_observable`: the spread of the alignment
+arrays its [`headflow.dynamics.Layout`][] names, `(R, Q)` for the committee machine,
+`docs/committee.md`; the alignment `|R|/√(QT)` of a single student). The linear-stability
+prediction is written for the attention model's heads and for the student units of a model of
+the family (`docs/committee.md`); both through
+[`headflow.dynamics.analysis.linear_stability`][] on the modes of
+[`headflow.dynamics.analysis.default_modes`][].
 
 Decisions and their reasons: `docs/phases.md`.
 """
@@ -41,13 +44,13 @@ import time
 import jax.random as jr
 import numpy as np
 
-from dynamics import Config, ConfigError, DivergenceError, HeadflowError, StepSizes
-from dynamics import analysis as stab
-from dynamics.measures import (ESCAPE_THRESHOLD, escape_quantiles, escape_time, head_spread,
-                               persistent_crossing)
-from dynamics.models.attention import symmetric_start
-from dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
-from sims import simulate_states
+from headflow.dynamics import Config, ConfigError, DivergenceError, HeadflowError, StepSizes
+from headflow.dynamics import analysis as stab
+from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escape_quantiles,
+                                        persistent_crossing)
+from headflow.dynamics.models.attention import symmetric_start
+from headflow.dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
+from headflow.sims import simulate_states
 
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
@@ -66,7 +69,7 @@ STAT_QUANTILES = (0.1, 0.5, 0.9)
 
 @dataclasses.dataclass
 class LinearTheory:
-    """The linear-stability side: the [`dynamics.analysis.StabilityResult`][], the per-draw
+    """The linear-stability side: the [`headflow.dynamics.analysis.StabilityResult`][], the per-draw
     log linear spread `log_spread (n, T)` at D = 1, and its median `median_log (T)`."""
 
     result: stab.StabilityResult
@@ -116,9 +119,9 @@ def _log_crossing(t: np.ndarray, log_x: np.ndarray, level: float) -> float:
 
 def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
     """The manifold vector field of a configuration for stability analysis: with nodes closed
-    under all head permutations ([`dynamics.analysis.equivariant_field`][]), or the engine's
-    field (`equivariant=False`)."""
-    from dynamics.models.attention import ManifoldField
+    under all head permutations ([`headflow.dynamics.analysis.equivariant_field`][]), or the
+    engine's field (`equivariant=False`)."""
+    from headflow.dynamics.models.attention import ManifoldField
 
     model = cfg.build_model() if model is None else model
     steps = StepSizes.from_config(cfg.training)
@@ -129,9 +132,9 @@ def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
 
 def linear_theory_reason(cfg: Config) -> str | None:
     """Why the linear-stability prediction is not computed for `cfg` (None: it is). It is
-    computed for the attention model (head-difference modes, [`dynamics.analysis.HeadModes`][])
-    and for every model of the family with at least two student units (unit-difference modes,
-    [`dynamics.analysis.UnitModes`][])."""
+    computed for the attention model (head-difference modes,
+    [`headflow.dynamics.analysis.HeadModes`][]) and for every model of the family with at least two
+    student units (unit-difference modes, [`headflow.dynamics.analysis.UnitModes`][])."""
     model = cfg.build_model()
     if cfg.model_kind == "attention" or getattr(model, "n_students", 0) >= 2:
         return None
@@ -171,9 +174,10 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
                      n_save: int | None = None, threshold: float = ESCAPE_THRESHOLD,
                      progress: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
     """Escape time of every SGD run, `(len(dims), seeds)` with NaN where the run did not
-    escape before `t_max`; and the head-spread trajectories `(seeds, T)` per D. Any model:
-    the spread is that of the alignment arrays of the model's [`dynamics.Layout`][] (`(m, q)`
-    of attention heads, `(R, Q)` of committee units)."""
+    escape before `t_max`; and the trajectories `(seeds, T)` per D of the model's escape
+    observable (`escape_observable`, whose [`escape_crossing`][] of `threshold` is the escape:
+    the head spread of `(m, q)` for attention heads, of `(R, Q)` for committee units, the
+    alignment `|R|/√(QT)` of a single student)."""
     tr = cfg.training
     t_max = tr.t_max if t_max is None else t_max
     n_save = cfg.output.n_save if n_save is None else n_save
@@ -182,25 +186,23 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
     out = np.full((len(dims), seeds), np.nan)
     spreads = []
     for i, D in enumerate(dims):
-        t, m, q = _sgd_alignment(cfg, int(D), seed_list, times, progress)
-        spreads.append(head_spread(m, q))                                # (S, T)
+        t, x = _sgd_observable(cfg, int(D), seed_list, times, progress)
+        spreads.append(x)                                                # (S, T)
         for s in range(seeds):
-            c = escape_time(t, m[s], q[s], threshold)
+            c = escape_crossing(t, x[s], threshold)
             out[i, s] = np.nan if c is None else c
     return out, spreads
 
 
-def _sgd_alignment(cfg: Config, D: int, seed_list: list[int], times: np.ndarray,
-                   progress: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(t, a, g)`: the times and the two alignment arrays of the model's layout (seed axis
-    first) of SGD at D over `seed_list` (the risk is not recorded: the escape does not need
-    it)."""
+def _sgd_observable(cfg: Config, D: int, seed_list: list[int], times: np.ndarray,
+                    progress: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`(t, x)`: the times and the model's escape observable `(seeds, T)` of SGD at D over
+    `seed_list` (the risk is not recorded: the escape does not need it)."""
     model = cfg.build_model()
     steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
                                     start=None, progress=progress)
-    a, g = model.layout.alignment
-    named = model_arrays(model, states)
-    return np.asarray(steps) / D, named[a], named[g]
+    x = np.asarray(model.escape_observable(model_arrays(model, states)))
+    return np.asarray(steps) / D, x
 
 
 def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
@@ -262,8 +264,8 @@ def escape_stats(times, level: float = 0.95) -> dict:
 
     **Returns:** `mean` and `sem` over the escaped runs (None with fewer than one / two), `ci`
     (the Student-t interval of the mean at `level`, None with fewer than two), `quantiles`
-    ([`STAT_QUANTILES`][] by [`dynamics.measures.escape_quantiles`][]: a censored run counts
-    as +∞, so a quantile beyond the escaped fraction is +∞, `null` in JSON), `median`,
+    ([`STAT_QUANTILES`][] by [`headflow.dynamics.measures.escape_quantiles`][]: a censored run
+    counts as +∞, so a quantile beyond the escaped fraction is +∞, `null` in JSON), `median`,
     `runs`, `escaped`, `censored` and `escaped_fraction`. The mean leaves the censored runs out
     and so is biased low when any are."""
     from scipy import stats
@@ -287,7 +289,7 @@ def escape_stats(times, level: float = 0.95) -> dict:
 class SDEEscapes:
     """Escape times of SDE paths: `times (len(dims), paths)` (NaN: no escape by `t_max`),
     per D the number of paths that left the PSD domain (`invalid`, kept as computed) and the
-    run's settings (`info`, from [`dynamics.sde.SDEResult`][]), and the wall time."""
+    run's settings (`info`, from [`headflow.dynamics.sde.SDEResult`][]), and the wall time."""
 
     dims: list[int]
     times: np.ndarray
@@ -300,16 +302,16 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
                      progress: bool = False) -> SDEEscapes:
     """Run `paths` paths of the overlaps' SDE at each D of `dims` to `training.t_max` (on the
     `[output]` grid, `[sde]` settings) and measure each path's escape time with
-    [`dynamics.measures.escape_time`][] at `threshold` on the alignment arrays of the model's
-    [`dynamics.Layout`][], as for SGD.
+    [`headflow.dynamics.measures.escape_crossing`][] of `threshold` by the model's
+    `escape_observable`, as for SGD.
 
-    **Raises:** [`dynamics.DivergenceError`][] when any path diverges (NaN/inf or overlaps above
-    the blow-up level), as `headflow sde` does; paths that only left the PSD cone are kept and
+    **Raises:** [`headflow.dynamics.DivergenceError`][] when any path diverges (NaN/inf or overlaps
+    above the blow-up level), as `headflow sde` does; paths that only left the PSD cone are kept and
     counted."""
-    from dynamics.sde import run_sde
+    from headflow.dynamics.sde import run_sde
 
     dims = [int(d) for d in dims]
-    layout = cfg.build_model().layout
+    model = cfg.build_model()
     out = np.full((len(dims), int(paths)), np.nan)
     invalid, info, t0 = [], {}, time.perf_counter()
     for i, D in enumerate(dims):
@@ -322,7 +324,8 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
                 f"{len(bad)} of {len(bounded)} SDE paths at D = {D} diverged (NaN/inf or "
                 f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g}, path "
                 f"{int(bad[0])}); try a smaller sde.dt (now {cfg.sde.dt:g}) or training.lr")
-        esc = escapes_of(np.asarray(res.t), res.arrays(), layout, threshold=threshold)
+        esc = escapes_of(np.asarray(res.t), res.arrays(), model.layout, threshold=threshold,
+                         observable=model.escape_observable)
         out[i] = [np.nan if c is None else c for c in esc]
         invalid.append(int((~res.paths_valid).sum()))
         info = {k: v for k, v in res.info.items() if k not in ("dim", "first_group_s",
@@ -469,10 +472,10 @@ def escape_study(cfg: Config, dims, seeds: int, *, threshold: float = ESCAPE_THR
     and, with `sde_paths`, the parameter-free SDE prediction at `dims` and at the dimensions
     of `extrapolate` ([`sde_escape_times`][], [`sde_report`][]).
 
-    Any model of the family: the escape is read off the alignment arrays of its
-    [`dynamics.Layout`][]. Where the linear-stability prediction is not computed
-    ([`linear_theory_reason`][]) its keys ([`LINEAR_KEYS`][]) are None, `linear_stability` is
-    false and `linear_stability_reason` says why.
+    Any model of the family: the escape is the crossing of its `escape_observable`. Where the
+    linear-stability prediction is not computed ([`linear_theory_reason`][]) its keys
+    ([`LINEAR_KEYS`][]) are None, `linear_stability` is false and `linear_stability_reason`
+    says why.
 
     **Returns:** `(report, arrays)`: the report (JSON-able: `lambda`, `slope_predicted`,
     `slope_measured`, `slope_ci`, the SDE keys of [`sde_report`][], and details) and the
@@ -576,10 +579,10 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
                          progress: bool = False) -> dict:
     """The escape-time distribution from the plateau at one `dim`: `runs` SDE paths, `runs`
     overlap-space and `weight_runs` (default `runs`) weight-space SGD seeds (to
-    `training.t_max`), and the verdicts ([`validation.verdicts.verdict`][]) of the SDE against
-    each SGD ensemble and of the two SGD ensembles against each other, on the KS distance
+    `training.t_max`), and the verdicts ([`headflow.validation.verdicts.verdict`][]) of the SDE
+    against each SGD ensemble and of the two SGD ensembles against each other, on the KS distance
     (tolerance [`KS_TOLERANCE`][]) and on the spread (tolerance
-    [`validation.experiments.compare.SPREAD_TOLERANCE`][], as for `compare`). A path or run
+    [`headflow.validation.experiments.compare.SPREAD_TOLERANCE`][], as for `compare`). A path or run
     that does not escape counts as `+∞` in the KS distance; the spread is that of the runs that
     escaped. Weight-space seeds cost `O(D)` a step, the others do not: at large D, fewer of
     them (`weight_runs`; 0 leaves them out, and the pairs with them) keep the run affordable,
@@ -587,7 +590,7 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
 
     **Returns:** `times` (`sde`, `weights`, `overlaps`: arrays of their runs, NaN where
     censored), `runs` (per ensemble), `stats` (per ensemble, [`escape_stats`][]) and `verdicts`
-    (per pair, per statistic, the [`validation.verdicts.Verdict`][] as a dict) with
+    (per pair, per statistic, the [`headflow.validation.verdicts.Verdict`][] as a dict) with
     `overall`."""
     from ..verdicts import ks_distance, overall, spread_gap, verdict
 

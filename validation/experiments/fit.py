@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
-from dynamics import Config, ConfigError, HeadflowError
-from dynamics.models.attention import PARAMS, LearningCurve, SDECurve
-from dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
-from dynamics.sde import ModelSDECurve, sde_curve_from_config
+from headflow.dynamics import Config, ConfigError, HeadflowError
+from headflow.dynamics.models.attention import PARAMS, LearningCurve, SDECurve
+from headflow.dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
+from headflow.dynamics.sde import ModelSDECurve, sde_curve_from_config
 
 from ._constants import MODELS as MODELS  # light: shown by `--help`
 
@@ -79,8 +79,8 @@ def _materialized_jvp(primals, tangents):
 
 def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[str]:
     """The parameter names, checked: scalar keys of `params` (the differentiable parameters:
-    [`dynamics.models.attention.PARAMS`][] for the attention model, a model's own keys otherwise;
-    one-line [`dynamics.ConfigError`][] otherwise)."""
+    [`headflow.dynamics.models.attention.PARAMS`][] for the attention model, a model's own keys
+    otherwise; one-line [`headflow.dynamics.ConfigError`][] otherwise)."""
     names = list(names)
     bad = [n for n in names if n not in params or "schedule" in n]
     if bad or not names or len(set(names)) != len(names):
@@ -93,7 +93,7 @@ def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[st
 def fit_curve(cfg: Config, t: np.ndarray, risk: np.ndarray, names: Sequence[str], *,
               model: str = "ode", paths: int | None = None, max_steps: int = 100) -> Fit:
     """Least squares `min Σ_i (R_θ(t_i) − risk_i)²` over the parameters `names` (scalar keys
-    of [`dynamics.ode.differentiable_keys`][]; the config gives the start and every other
+    of [`headflow.dynamics.ode.differentiable_keys`][]; the config gives the start and every other
     value), with optimistix's Levenberg–Marquardt on the forward-mode Jacobian of the
     `model`'s curve (one of [`MODELS`][]; `paths`: the SDE's paths, default `[sde] paths`).
 

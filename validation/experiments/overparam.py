@@ -13,9 +13,9 @@ import dataclasses
 
 import numpy as np
 
-from dynamics import Config
-from dynamics.ode import run_ode
-from sims import run_sgd
+from headflow.dynamics import Config
+from headflow.dynamics.ode import run_ode
+from headflow.sims import run_sgd
 
 LAYERS = {"first": False, "both": True}
 """The two training modes: `model.train_second_layer` of each."""

@@ -7,7 +7,8 @@ Classes ([`PHASE_CLASSES`][]), in this order of precedence:
   `DIVERGE_RISK` times the risk `Δ² + ρ*` of predicting zero (the norms are still growing
   without bound, just not yet past `diverge_at`);
 - **specialized**: the head spread made a persistent crossing of θ (the plateau exit of
-  [`validation.experiments.phases.detect_phases`][], [`dynamics.measures.escape_time`][]);
+  [`headflow.validation.experiments.phases.detect_phases`][],
+  [`headflow.dynamics.measures.escape_time`][]);
 - **unspecialized plateau**: no escape, but the head-mean alignment `‖mean_h α_h‖` ≥ θ at
   `t_max` (the heads learned the mean direction together);
 - **no learning**: neither (the heads are still as unaligned as at the start);
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dynamics.measures import ESCAPE_THRESHOLD, alignment, escape_time
+from headflow.dynamics.measures import ESCAPE_THRESHOLD, alignment, escape_time
 
 from .sweep import STATUS, SweepResult
 

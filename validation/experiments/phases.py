@@ -2,9 +2,9 @@
 stages and the excursions (`docs/phases.md`).
 
 Everything is read off the head–feature alignment `α_hf = m_hf/√q_hh` (the cosine of head h
-with feature f, [`dynamics.measures.alignment`][]), with one threshold `θ` (default
-[`dynamics.measures.ESCAPE_THRESHOLD`][] = 0.2) and hysteresis at `θ/2` against SGD noise
-([`dynamics.measures.persistent_crossing`][]).
+with feature f, [`headflow.dynamics.measures.alignment`][]), with one threshold `θ` (default
+[`headflow.dynamics.measures.ESCAPE_THRESHOLD`][] = 0.2) and hysteresis at `θ/2` against SGD noise
+([`headflow.dynamics.measures.persistent_crossing`][]).
 Definitions, thresholds and their justification: `docs/phases.md`.
 
 - **separation** of heads h, h': `d_hh'(t) = max_f |α_hf − α_h'f|`; they *separate* at the
@@ -23,7 +23,7 @@ Definitions, thresholds and their justification: `docs/phases.md`.
   back (hysteresis band `±θ`), with the time it leaves, crosses zero and arrives.
 
 Any model of the family: "heads" are its exchangeable student units and "features" the
-teacher's directions, the alignment being read off the two arrays its [`dynamics.Layout`][]
+teacher's directions, the alignment being read off the two arrays its [`headflow.dynamics.Layout`][]
 names (`(m, q)` for attention, `(R, Q)` for the committee machine, whose features are the
 teacher's M hidden units: `α_in = R_in/√Q_ii`); [`layout_phases`][] does the look-up.
 """
@@ -37,13 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import ORDER_PARAMETERS, Layout
-from dynamics.measures import (ESCAPE_THRESHOLD, alignment, crossing_shortfall,
-                               persistent_crossing)
-from dynamics.models.attention import trajectory_risk
-from dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
+from headflow.dynamics import ORDER_PARAMETERS, Layout
+from headflow.dynamics.measures import (ESCAPE_THRESHOLD, alignment, crossing_shortfall,
+                               escape_crossing, persistent_crossing)
+from headflow.dynamics.models.attention import trajectory_risk
+from headflow.dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
 
-from dynamics.ode import NodeChange, node_change, node_count
+from headflow.dynamics.ode import NodeChange, node_change, node_count
 
 from .convergence import Claim, judge
 from .escape import manifold_field
@@ -274,11 +274,13 @@ def _reversals(t: np.ndarray, alpha: np.ndarray, threshold: float, stages: list[
 
 
 def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
-                  threshold: float = ESCAPE_THRESHOLD) -> Phases:
+                  threshold: float = ESCAPE_THRESHOLD, escape: float | None = None) -> Phases:
     """The phases of one trajectory.
 
     **Arguments:** `t (T)`, `m (T, H, F)`, `q (T, H, H)` (one run: an ODE solution or one SGD
-    seed), `threshold` θ.
+    seed), `threshold` θ; `escape`: the plateau exit of a run with a single unit, which has no
+    stages (the crossing of its model's escape observable, [`layout_phases`][]; ignored with two
+    units or more, whose exit is the first stage).
 
     **Returns:** [`Phases`][]: plateau entry and exit, stages, excursions, final alignment.
     """
@@ -286,7 +288,7 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
     alpha = alignment(np.asarray(m), np.asarray(q))
     sep = pair_separation_times(t, alpha, threshold)
     stages = _stages(t, alpha, sep, threshold)
-    exit_ = stages[0].time if stages else None
+    exit_ = stages[0].time if stages else (escape if alpha.shape[1] < 2 else None)
     a = _running_median(np.linalg.norm(alpha.mean(axis=1), axis=-1), SMOOTH)
     ref_t = exit_ if exit_ is not None else float(t[-1])
     a_ref = float(np.interp(ref_t, t, a))
@@ -311,11 +313,15 @@ def detect_phases(t: np.ndarray, m: np.ndarray, q: np.ndarray, *,
 
 
 def layout_phases(t: np.ndarray, arrays: dict[str, np.ndarray], layout: Layout, *,
-                  threshold: float = ESCAPE_THRESHOLD) -> Phases:
+                  threshold: float = ESCAPE_THRESHOLD, observable=None) -> Phases:
     """[`detect_phases`][] of one run given by its named arrays (`(T, ...)`, as in `ode.npz`
-    or one seed of `sgd.npz`), on the alignment arrays of `layout`."""
+    or one seed of `sgd.npz`), on the alignment arrays of `layout`; `observable` (the model's
+    `escape_observable`) gives the plateau exit of a single unit, its
+    [`headflow.dynamics.measures.escape_crossing`][] of θ."""
     a, g = layout.alignment
-    return detect_phases(t, arrays[a], arrays[g], threshold=threshold)
+    escape = (None if observable is None
+              else escape_crossing(t, np.asarray(observable(arrays)), threshold))
+    return detect_phases(t, arrays[a], arrays[g], threshold=threshold, escape=escape)
 
 
 def seed_summary(phases: list[Phases]) -> dict:
@@ -343,8 +349,8 @@ def seed_summary(phases: list[Phases]) -> dict:
 def ode_trajectory(cfg, ov0, times, *, equivariant: bool, progress: bool = False) -> dict:
     """The manifold ODE from `ov0` (default: `[ode] init`) on `times` (float64), with its
     risk: `ode.npz` arrays. A model other than attention integrates its configured field
-    ([`dynamics.ode.run_ode`][]; `equivariant` is about the attention field's nodes and does
-    not apply)."""
+    ([`headflow.dynamics.ode.run_ode`][]; `equivariant` is about the attention field's nodes and
+    does not apply)."""
     if cfg.model_kind != "attention":
         return run_ode(cfg, ov0, times, progress=progress).arrays()
     model = cfg.build_model()
@@ -423,11 +429,12 @@ def ode_phases_checked(cfg, ov0, times, *, equivariant: bool, threshold: float,
                        progress: bool = False) -> tuple[dict, Phases, Claim | None]:
     """The ODE trajectory of [`ode_trajectory`][], its phases, and the stage-order verdict with
     its node check: the whole run (the stages form along it, so the segment starts at `t_0`)
-    rerun on 4× the nodes ([`dynamics.ode.node_change`][]). No verdict (None) for a model
+    rerun on 4× the nodes ([`headflow.dynamics.ode.node_change`][]). No verdict (None) for a model
     without a prior variance or an ODE without nodes."""
-    layout = cfg.build_model().layout
+    model = cfg.build_model()
+    layout, observable = model.layout, model.escape_observable
     arrays = ode_trajectory(cfg, ov0, times, equivariant=equivariant, progress=progress)
-    ph = layout_phases(arrays["t"], arrays, layout, threshold=threshold)
+    ph = layout_phases(arrays["t"], arrays, layout, threshold=threshold, observable=observable)
     expected = variance_order(cfg)
     t_end = float(arrays["t"][-1])
     if expected is None or node_count(cfg) is None:
@@ -436,7 +443,8 @@ def ode_phases_checked(cfg, ov0, times, *, equivariant: bool, threshold: float,
 
     def rerun(c, start, t0: float, t1: float) -> np.ndarray:
         a = ode_trajectory(c, start, times, equivariant=equivariant)
-        finer.append(layout_phases(a["t"], a, layout, threshold=threshold))
+        finer.append(layout_phases(a["t"], a, layout, threshold=threshold,
+                                   observable=observable))
         return censored_feature_times(finer[-1], t_end)
 
     check = node_change(rerun, cfg, ov0, float(times[0]), t_end,

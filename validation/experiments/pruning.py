@@ -30,13 +30,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from dynamics import SIGNAL, HeadflowError, Model, Overlaps, key_expectation, population_risk
-from dynamics import risk_nodes as make_risk_nodes
-from dynamics.activations import AbstractActivation
-from dynamics.measures import alignment
-from dynamics.expectations import AbstractExpectation, AbstractNodes
+from headflow.dynamics import (SIGNAL, HeadflowError, Model, Overlaps, key_expectation,
+                               population_risk)
+from headflow.dynamics import risk_nodes as make_risk_nodes
+from headflow.dynamics.activations import AbstractActivation
+from headflow.dynamics.measures import alignment
+from headflow.dynamics.expectations import AbstractExpectation, AbstractNodes
 
-from dynamics.ode import NodeChange
+from headflow.dynamics.ode import NodeChange
 
 from ._constants import CRITERIA as CRITERIA  # light: shown by `--help`
 from ._constants import PRUNABLE_TOLERANCE as PRUNABLE_TOLERANCE

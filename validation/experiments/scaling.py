@@ -1,15 +1,15 @@
 """Finite-size scaling of the distance between single SGD runs and the ODE
 (`docs/ode.md#finite-size-scaling`).
 
-At every D of a list, [`compare`][validation.experiments.compare.compare] runs SGD over the seeds
-and the ODE from the seed mean of their measured initial overlaps, on one time grid, every run
-in its canonical head order. The deviation at D is
+At every D of a list, [`compare`][headflow.validation.experiments.compare.compare] runs SGD over
+the seeds and the ODE from the seed mean of their measured initial overlaps, on one time grid,
+every run in its canonical head order. The deviation at D is
 
     δ(D) = sqrt( mean over seeds i and saved times 0 < t ≤ t_w of |Ω_i(t) − Ω_ODE(t)|² ),
 
-`Ω` every entry of the order parameters the model's [`dynamics.Layout`][] names (`(m, q, n, s,
-b)` for attention, `(Q, R, v)` for the committee machine), over the pre-escape window `t ≤ t_w`
-of the **smallest** D (the first escape of any of its runs or of its ODE: the plateau lasts
+`Ω` every entry of the order parameters the model's [`headflow.dynamics.Layout`][] names (`(m, q,
+n, s, b)` for attention, `(Q, R, v)` for the committee machine), over the pre-escape window `t ≤
+t_w` of the **smallest** D (the first escape of any of its runs or of its ODE: the plateau lasts
 longer at larger D, so this window is inside every D's plateau, and every D is compared over the
 same times). `t = 0` is left out: there the deviation is the spread of the initial overlaps
 about their seed mean, `∝ D^{-1/2}` by construction and no test of the dynamics.
@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from dynamics import ORDER_PARAMETERS, Config, HeadflowError
+from headflow.dynamics import ORDER_PARAMETERS, Config, HeadflowError
 
 from ._fit import law_check, linear_fit
 from .compare import canonicalize, canonicalize_seeds, compare
@@ -156,7 +156,7 @@ def figure_arrays(report: dict, runs: Sequence[tuple[dict, dict, dict]]
 def compare_at(cfg: Config, D: int, *, seeds: int | None = None,
                weights_up_to: int | None = None, progress: bool = False
                ) -> tuple[dict, dict, dict, str]:
-    """[`compare`][validation.experiments.compare.compare] (`theory = "ode"`) at D: the SGD
+    """[`compare`][headflow.validation.experiments.compare.compare] (`theory = "ode"`) at D: the SGD
     seeds' and the ODE's arrays in canonical head order, the report, and the SGD space (the
     config's `sim.space`, or with `weights_up_to` weight space for `D ≤ weights_up_to` and the
     exact overlap chain above: `docs/overlap-sgd.md`, the same law at a cost per step

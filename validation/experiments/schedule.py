@@ -15,9 +15,9 @@ import numpy as np
 import optax
 from scipy.optimize import minimize_scalar
 
-from dynamics import Config, HeadflowError, Schedule, check_stop
-from dynamics.ode import curve_from_config, final_risk
-from sims import run_sgd
+from headflow.dynamics import Config, HeadflowError, Schedule, check_stop
+from headflow.dynamics.ode import curve_from_config, final_risk
+from headflow.sims import run_sgd
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Vectorized grids of ODE runs (`headflow sweep`): one `jax.vmap` over the grid points that
 share the model's structure, sharded over the available devices (of every process, under
-[`dynamics.distributed`][]).
+[`headflow.dynamics.distributed`][]).
 
 Everything a grid point may change that is a pytree *leaf* of the model or of the step sizes
 (learning rates, weight decay, prior amplitude, mean or variances, label noise, `ρ*`, initial
@@ -21,16 +21,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
+from headflow.dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
                       check_stop, population_risk, risk_nodes)
-from dynamics.config import parse_value
-from dynamics.fields import ExactField, ModelField, model_nodes
-from dynamics.models.attention import key_nodes
-from dynamics.models import model_risk
-from dynamics.ode import (BlowUp, Integrator, backend_of, initial_state, model_arrays, model_start,
-                          risk_rule, solve)
-from dynamics.models.attention import field_class
-from dynamics.sharding import gather, per_device, shard_batch
+from headflow.dynamics.config import parse_value
+from headflow.dynamics.fields import ExactField, ModelField, model_nodes
+from headflow.dynamics.models.attention import key_nodes
+from headflow.dynamics.models import model_risk
+from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, initial_state, model_arrays,
+                                   model_start, risk_rule, solve)
+from headflow.dynamics.models.attention import field_class
+from headflow.dynamics.sharding import gather, per_device, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
 
@@ -162,7 +162,7 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
 
     **Arguments:** `cfg` the base configuration; `axes` from [`parse_grid`][]; `max_steps` per
     point (default `ode.max_steps`); `diverge_at`: a run whose order parameters exceed this in
-    absolute value is stopped and marked diverged ([`dynamics.ode.BlowUp`][]).
+    absolute value is stopped and marked diverged ([`headflow.dynamics.ode.BlowUp`][]).
 
     **Returns:** a [`SweepResult`][].
     """

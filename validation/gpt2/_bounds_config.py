@@ -8,7 +8,7 @@ from typing import Any
 
 import equinox as eqx
 
-from dynamics import ConfigError
+from headflow.dynamics import ConfigError
 
 from ._normalizers import NORMALIZER_NAMES
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 
-from dynamics import HeadflowError
+from headflow.dynamics import HeadflowError
 
 from ._config import GPT2Config
 from ._data import bpe_files
@@ -105,7 +105,8 @@ def check_checkpoint(path: str | os.PathLike) -> GPT2Config:
 
     - `path`: the checkpoint folder.
 
-    **Returns:** its [`GPT2Config`][]. Raises [`dynamics.HeadflowError`][] (one line) otherwise.
+    **Returns:** its [`GPT2Config`][]. Raises [`headflow.dynamics.HeadflowError`][] (one line)
+    otherwise.
     """
     folder = Path(path)
     if not folder.is_dir():
@@ -128,8 +129,8 @@ def load_checkpoint(path: str | os.PathLike) -> GPT2:
 
     **Returns:** a [`GPT2`][] with float32 parameters.
 
-    Raises [`dynamics.HeadflowError`][] (one line) for a missing folder or file, a corrupt file, a
-    missing tensor or a tensor whose shape disagrees with `config.json`.
+    Raises [`headflow.dynamics.HeadflowError`][] (one line) for a missing folder or file, a corrupt
+    file, a missing tensor or a tensor whose shape disagrees with `config.json`.
     """
     folder = Path(path)
     config = check_checkpoint(folder)

@@ -8,7 +8,7 @@ from typing import Any
 
 import equinox as eqx
 
-from dynamics import HeadflowError
+from headflow.dynamics import HeadflowError
 
 # Activations of the Hugging Face GPT-2 family that we implement (`config.activation_function`).
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu", "swish", "tanh")

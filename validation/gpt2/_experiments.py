@@ -30,7 +30,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from dynamics import HeadflowError, check_stop
+from headflow.dynamics import HeadflowError, check_stop
 
 from ._bounds_config import BoundsConfig
 from ._distance import (

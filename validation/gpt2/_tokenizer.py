@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics import HeadflowError
+from headflow.dynamics import HeadflowError
 
 from ._data import BPE_FILES, bpe_files
 
@@ -122,7 +122,7 @@ def text_tokens(
 
     **Returns:** int32 array `(windows, length)`.
 
-    Raises [`dynamics.HeadflowError`][] when the text is shorter than needed.
+    Raises [`headflow.dynamics.HeadflowError`][] when the text is shorter than needed.
     """
     if length < 1 or windows < 1 or offset < 0:
         raise HeadflowError(

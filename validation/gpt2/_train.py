@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 
-from dynamics import ConfigError, DivergenceError, check_stop
+from headflow.dynamics import ConfigError, DivergenceError, check_stop
 
 from ._config import GPT2Config
 from ._model import GPT2, init_gpt2
@@ -168,7 +168,8 @@ def _split(n_tokens: int, cfg: TrainConfig) -> int:
 
 
 def check_train_length(n_tokens: int, cfg: TrainConfig) -> None:
-    """Raise a one-line [`dynamics.ConfigError`][] when `n_tokens` is below [`min_tokens`][]."""
+    """Raise a one-line [`headflow.dynamics.ConfigError`][] when `n_tokens` is below
+    [`min_tokens`][]."""
     need = min_tokens(cfg)
     if n_tokens < need:
         raise ConfigError(

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import pyplot as plt
 
-from dynamics.activations import activation_class, activation_color, activation_names
+from headflow.dynamics.activations import activation_class, activation_color, activation_names
 
 
 def _color(act: str, i: int) -> str:

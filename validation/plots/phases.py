@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamics import ATTENTION, Layout
+from headflow.dynamics import ATTENTION, Layout
 
 from . import pyplot as plt
 

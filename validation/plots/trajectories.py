@@ -8,7 +8,7 @@ import numpy as np
 
 from . import pyplot as plt
 
-from dynamics import ORDER_PARAMETERS
+from headflow.dynamics import ORDER_PARAMETERS
 
 
 _SYMMETRIC = {"q", "s", "Q", "T"}

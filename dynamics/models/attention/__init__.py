@@ -1,18 +1,20 @@
 """The attention model (`[model] kind = "attention"`, `docs/model.md`): the multi-head
 single-location model and the structure its theory exploits beyond the generic engine of
-[`dynamics.models`][]. Its state is [`dynamics.Overlaps`][]; its predictor is
-[`dynamics.Model`][]. Here:
+[`headflow.dynamics.models`][]. Its state is [`headflow.dynamics.Overlaps`][]; its predictor is
+[`headflow.dynamics.Model`][]. Here:
 
 - the vector fields: the reduced form on the invariant manifold ([`ManifoldField`][]), the
   full local-field form ([`FullField`][]), the sampled form of the SDE
   ([`SampledFullField`][]), on nodes closed under head permutations ([`key_nodes`][],
-  [`full_nodes`][]); the generated right-hand side is [`dynamics.symbolic.SymbolicField`][];
+  [`full_nodes`][]); the generated right-hand side is
+  [`headflow.dynamics.symbolic.SymbolicField`][];
 - its starts ([`symmetric_start`][], [`random_start`][]) and its risk along a trajectory;
 - the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
 - its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]).
 
-Importing `dynamics` registers these with the generic runs (`dynamics.hooks`), so
-`dynamics.ode.run_ode`, `dynamics.sde.run_sde` and `sims.run_sgd` run it like any model.
+Importing `dynamics` registers these with the generic runs (`headflow.dynamics.hooks`), so
+`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde` and `headflow.sims.run_sgd` run it
+like any model.
 """
 
 from ._nodes import full_dims as full_dims

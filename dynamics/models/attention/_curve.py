@@ -60,8 +60,8 @@ def substitute(params: Mapping[str, ArrayLike], base: Mapping[str, Any], model: 
     about the config's `amplitude`) follow `p`. The one place where a parameter of
     [`PARAMS`][] enters a model, for the ODE's curve and the SDE's alike.
 
-    **Raises:** [`dynamics.ConfigError`][] for an unknown parameter, a schedule the config does
-    not set, a constant step size that a schedule replaces, or a zero `amplitude`."""
+    **Raises:** [`headflow.dynamics.ConfigError`][] for an unknown parameter, a schedule the config
+    does not set, a constant step size that a schedule replaces, or a zero `amplitude`."""
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise ConfigError(f"learning_curve: unknown parameter(s) {', '.join(unknown)}; "
@@ -129,8 +129,8 @@ class LearningCurve(eqx.Module):
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
                     checkpoints: int | None = 4096, times=None) -> LearningCurve:
         """**Arguments:** `cfg` (its `[model]`, `[prior]`, `[training]`, `[ode]` and the
-        `[output]` grid, or `times`), `adjoint` (one of [`ADJOINTS`][dynamics.ode.ADJOINTS]),
-        `checkpoints` (of the
+        `[output]` grid, or `times`), `adjoint` (one of
+        [`ADJOINTS`][headflow.dynamics.ode.ADJOINTS]), `checkpoints` (of the
         recursive adjoint: with at least as many as the solver takes steps, nothing is
         recomputed; None: diffrax's `log(max_steps)`). The blow-up event of the integrator is
         kept for the recursive adjoint and dropped for backsolve (which cannot take events)."""

@@ -91,10 +91,10 @@ class Diffusion(AbstractDiffusion):
 
     - [`factor`][]`(ov)`: `B (p × k)` with `B Bᵀ = Σ` ([`centred_factor`][]), no matrix square
       root; `k` = nodes × θ support points.
-    - [`matrix`][dynamics.sde.AbstractDiffusion.matrix]`(ov)`: `Σ = Cov[U]/B_batch` (`p × p`),
-      symmetric PSD by construction.
-    - [`sqrt_factor`][dynamics.sde.AbstractDiffusion.sqrt_factor]`(ov)`: the symmetric square
-      root `Σ^{1/2}` by `eigh` (`p × p`), the alternative factor.
+    - [`matrix`][headflow.dynamics.sde.AbstractDiffusion.matrix]`(ov)`: `Σ = Cov[U]/B_batch` (`p ×
+      p`), symmetric PSD by construction.
+    - [`sqrt_factor`][headflow.dynamics.sde.AbstractDiffusion.sqrt_factor]`(ov)`: the symmetric
+      square root `Σ^{1/2}` by `eigh` (`p × p`), the alternative factor.
 
     Per-step noise of one batch is the mean of B independent samples, hence the division by the
     batch size. **Fields:** `model`, `steps`, `nodes` (of dimension `full_dims(model)`),

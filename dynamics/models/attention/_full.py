@@ -58,7 +58,7 @@ def value_integrated_terms(model: Model, law: FieldLaw, chi_star: Float[Array, "
     (drift), three (drift against value fields) or four (SGD noise) of them, so they follow from
     the means and covariances of those forms by Isserlis' theorem ([`third_moment`][],
     [`fourth_moment`][]). `E[e²]`, `E[e w]` and `E[e ∂e/∂b]` are autodiff of
-    [`dynamics.Model.conditional_error`][]: the same predictor code as everywhere else.
+    [`headflow.dynamics.Model.conditional_error`][]: the same predictor code as everywhere else.
     """
     H, L = chi.shape
     S = law.sigma                                                   # Cov(ν_ℓ) given the keys
@@ -115,7 +115,7 @@ def value_integrated_terms(model: Model, law: FieldLaw, chi_star: Float[Array, "
 class FullField(AbstractField):
     """The generic local-field ODE (`docs/ode.md#derivation-of-the-odes`) on the full Gram
     matrix, cross overlaps included: with `G_{iℓ} = ∂ℓ/∂λ_{iℓ}` for the student rows
-    `i ∈ {K, V}` (autodiff of [`dynamics.Model.loss`][]'s predictor),
+    `i ∈ {K, V}` (autodiff of [`headflow.dynamics.Model.loss`][]'s predictor),
 
     - `dΩ_{ij*}/dt = −η E[Σ_ℓ G_{iℓ} λ_{j*ℓ}] − ηλ Ω_{ij*}`
     - `dΩ_{ij}/dt = −η E[Σ_ℓ (G_{iℓ} λ_{jℓ} + G_{jℓ} λ_{iℓ})]

@@ -23,7 +23,7 @@ class ManifoldField(AbstractField):
     (`docs/ode.md#derivation-of-the-odes`), with the value fields and the label noise integrated
     out analytically.
 
-    With `e²(χ) = E[(ŷ−y)²|keys]` ([`dynamics.Model.conditional_error`][]) and
+    With `e²(χ) = E[(ŷ−y)²|keys]` ([`headflow.dynamics.Model.conditional_error`][]) and
     `Ĝ = ∂(½e²)/∂χ` (autodiff), per head h, feature f:
 
     - `dm/dt = −η E[Σ_ℓ Ĝ_ℓ χ*_ℓᵀ] − ηλ m`

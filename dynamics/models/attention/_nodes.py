@@ -1,6 +1,6 @@
 """Gaussian nodes of the attention model's vector fields, closed under the model's symmetry
-group ([`dynamics.fields.product_group`][], `docs/ode.md#nodes`): the permutations of the heads
-and the prior's feature group ([`dynamics.priors.AbstractPrior.symmetry`][])."""
+group ([`headflow.dynamics.fields.product_group`][], `docs/ode.md#nodes`): the permutations of the
+heads and the prior's feature group ([`headflow.dynamics.priors.AbstractPrior.symmetry`][])."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from ...fields import MAX_GROUP, Group, product_group, row_group, unit_permutati
 
 def head_permutations(H: int, max_group: int = MAX_GROUP) -> np.ndarray:
     """The permutations `(G, H)` of the heads the nodes are closed under
-    ([`dynamics.fields.unit_permutations`][])."""
+    ([`headflow.dynamics.fields.unit_permutations`][])."""
     return unit_permutations(H, max_group)
 
 
 def g_perp_block(model: Model) -> tuple[int, int]:
     """Where the per-head normals `g⊥` (a `(H, L)` block) sit in a key node: after θ's node
-    coordinates and the teacher's `g*` (see `dynamics._risk.split_key_normals`)."""
+    coordinates and the teacher's `g*` (see `headflow.dynamics._risk.split_key_normals`)."""
     return model.prior.n_node_dims + model.L * model.F, model.H
 
 

@@ -1,6 +1,6 @@
 """The attention model's ODE: its vector fields (the reduced form on the invariant manifold,
 the full local-field form, the generated symbolic right-hand side), its starts and its risk,
-registered with the generic engine (`dynamics.hooks`)."""
+registered with the generic engine (`headflow.dynamics.hooks`)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def resolved_rhs(cfg: Config, model: Model | None = None) -> str:
 def field_class(cfg: Config, model: Model | None = None) -> Any:
     """The vector-field class selected by `[ode] form` and `[ode] rhs` (`"auto"` resolved by
     [`resolved_rhs`][]): [`ManifoldField`][], [`FullField`][] or
-    [`dynamics.symbolic.SymbolicField`][] (imported, with sympy, only when selected)."""
+    [`headflow.dynamics.symbolic.SymbolicField`][] (imported, with sympy, only when selected)."""
     key = (cfg.ode.form, resolved_rhs(cfg, model))
     if key == ("manifold", "autodiff"):
         return ManifoldField

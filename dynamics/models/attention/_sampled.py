@@ -1,7 +1,7 @@
 """The generic local-field ODE on the full Gram matrix with every field sampled (the
 reference for [`FullField`][]), and the per-sample increment of the overlaps
 it averages ([`sample_increment`][]), which the diffusion matrix of the SDE also uses
-(`dynamics.sde`)."""
+(`headflow.dynamics.sde`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def sample_increment(model: Model, steps: StepSizes, ov: Overlaps, law: FieldLaw
     limit where the tokens are orthonormal at scale D (`docs/sde.md#the-per-sample-increment`).
 
     With `G_{iℓ} = ∂ℓ/∂λ_{iℓ}` for the student rows `i ∈ {K, V}` (autodiff of
-    [`dynamics.Model.loss`][]), `λ*` the teacher's fields and `λ` the students':
+    [`headflow.dynamics.Model.loss`][]), `λ*` the teacher's fields and `λ` the students':
 
     - `U_{ij*} = −η Σ_ℓ G_{iℓ} λ*_{jℓ} − ηλ Ω_{ij*}`
     - `U_{ij} = −η Σ_ℓ (G_{iℓ} λ_{jℓ} + G_{jℓ} λ_{iℓ}) + (η²/B) Σ_ℓ G_{iℓ} G_{jℓ} − 2ηλ Ω_{ij}`
@@ -68,7 +68,7 @@ def sample_increment(model: Model, steps: StepSizes, ov: Overlaps, law: FieldLaw
 class SampledFullField(AbstractField):
     """The generic local-field ODE (`docs/ode.md#derivation-of-the-odes`) on the full Gram
     matrix, cross overlaps included: with `G_{iℓ} = ∂ℓ/∂λ_{iℓ}` for the student rows
-    `i ∈ {K, V}` (autodiff of [`dynamics.Model.loss`][]),
+    `i ∈ {K, V}` (autodiff of [`headflow.dynamics.Model.loss`][]),
 
     - `dΩ_{ij*}/dt = −η E[Σ_ℓ G_{iℓ} λ_{j*ℓ}] − ηλ Ω_{ij*}`
     - `dΩ_{ij}/dt = −η E[Σ_ℓ (G_{iℓ} λ_{jℓ} + G_{jℓ} λ_{iℓ})] + (η²/B) E[Σ_ℓ G_{iℓ} G_{jℓ}] − 2ηλ
@@ -80,7 +80,7 @@ class SampledFullField(AbstractField):
     node it is the θ-average of the per-sample increment [`sample_increment`][]. Slower to
     converge than [`FullField`][], which integrates the value side exactly; kept as the
     reference it is tested against, and for quantities that are not polynomials of low degree
-    in the value fields (the covariance of the per-sample increments, `dynamics.sde`)."""
+    in the value fields (the covariance of the per-sample increments, `headflow.dynamics.sde`)."""
 
     model: Model
     steps: StepSizes

@@ -1,5 +1,5 @@
 """The attention model's SDE: the full local-field drift and the diffusion of the overlaps, and
-the random start of each path, registered with the generic engine (`dynamics.hooks`)."""
+the random start of each path, registered with the generic engine (`headflow.dynamics.hooks`)."""
 
 from __future__ import annotations
 

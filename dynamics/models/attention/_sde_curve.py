@@ -27,11 +27,11 @@ from ._start import random_start
 
 class SDECurve(eqx.Module):
     """The mean population risk of an ensemble of SDE paths on the save grid, as a pure
-    function of hyperparameters: `curve(params)` runs the paths of [`dynamics.sde.run_sde`][]
-    (the same drift, diffusion, solver, step grid, initial draws and Brownian paths) with the
-    step sizes, initial scales, prior amplitude and label noise that `params` gives
-    ([`substitute`][]: any of [`PARAMS`][]; the config's values for the rest), and returns
-    the mean over the paths of each path's risk at `ts`.
+    function of hyperparameters: `curve(params)` runs the paths of
+    [`headflow.dynamics.sde.run_sde`][] (the same drift, diffusion, solver, step grid, initial
+    draws and Brownian paths) with the step sizes, initial scales, prior amplitude and label noise
+    that `params` gives ([`substitute`][]: any of [`PARAMS`][]; the config's values for the rest),
+    and returns the mean over the paths of each path's risk at `ts`.
 
     The random numbers (initial draws, Brownian paths, the nodes of the fields and of the risk)
     are fixed at construction, so the curve is a smooth function of `params`, differentiable
@@ -68,10 +68,10 @@ class SDECurve(eqx.Module):
         """**Arguments:** `cfg` (its `[model]`, `[prior]`, `[training]`, `[ode]` nodes, `[sde]`
         and `[output]` grid, or `times`), `paths` (default `[sde] paths`), `dim` (default
         `[sim] dim`), `adjoint` (`"forward"` or `"recursive"`,
-        [`dynamics.ode.ADJOINTS`][]; the SDE's fixed steps have no continuous adjoint).
+        [`headflow.dynamics.ode.ADJOINTS`][]; the SDE's fixed steps have no continuous adjoint).
 
-        **Raises:** [`dynamics.HeadflowError`][] for `paths < 1`, a dimension too small for the
-        teacher, or the backsolve adjoint."""
+        **Raises:** [`headflow.dynamics.HeadflowError`][] for `paths < 1`, a dimension too small
+        for the teacher, or the backsolve adjoint."""
         require_x64("the SDE learning curve")
         if adjoint == "backsolve":
             raise HeadflowError("SDECurve: adjoint 'backsolve' needs a continuous adjoint; "

@@ -1,0 +1,290 @@
+"""A model's parameters are its fields (`docs/models.md#parameters`): each field made with
+[`param`][] is a config key, and everything the command line needs of a model (its `[model]`
+and `[training]` tables, their types, defaults and one-line errors, `--set`, `headflow models`,
+the differentiable hyperparameters) is derived here once, for every model, from those
+declarations. A model writes no config class, `validate()` or `from_config`.
+
+Also here: [`Rows`][], the declaration of a model's Gram layout (how many student and teacher
+rows, and their initial scales), from which the engine derives `n_students`, `n_teachers`,
+`named`, `limit_state` and the default `init_weights`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import numpy as np
+
+from .._errors import ConfigError
+
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """The declaration behind a [`param`][] field: its config `section` and `key`, the
+    config-side `default` and `type`, its bounds, `choices`, `length` (a list of that many
+    numbers; an int or the name of an int field), the `convert`er from the config value to the
+    field's value, and a one-line `help`."""
+
+    default: Any
+    type: Any
+    section: str = "model"
+    key: str | None = None
+    ge: float | int | None = None
+    gt: float | int | None = None
+    le: float | int | None = None
+    lt: float | int | None = None
+    choices: tuple | None = None
+    length: int | str | None = None
+    convert: Callable[[Any], Any] | None = None
+    help: str = ""
+
+    def check(self, key: str, value: Any, section: Any) -> None:
+        """A one-line [`ConfigError`][headflow.dynamics.ConfigError] unless `value` (already
+        of the config type) satisfies the declaration; `section` holds the other keys."""
+        if value is None:
+            return
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{key} = {value!r}: choose one of "
+                              f"{', '.join(map(repr, self.choices))}")
+        if self.length is not None:
+            n = (self.length if isinstance(self.length, int)
+                 else getattr(section, self.length))
+            if any(isinstance(x, bool) for x in value):
+                raise ConfigError(f"{key}: entries must be numbers")
+            try:
+                arr = np.asarray(value, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}: must be a list of {n} numbers") from None
+            if arr.shape != (n,):
+                where = f"{self.length} = {n}" if isinstance(self.length, str) else str(n)
+                raise ConfigError(f"{key}: must have {where} entries (got shape "
+                                  f"{list(arr.shape)})")
+            if not np.all(np.isfinite(arr)):
+                raise ConfigError(f"{key}: entries must be finite")
+            return
+        for bound, op, ok in (("ge", ">=", lambda v, b: v >= b), ("gt", ">", lambda v, b: v > b),
+                              ("le", "<=", lambda v, b: v <= b), ("lt", "<", lambda v, b: v < b)):
+            b = getattr(self, bound)
+            if b is not None and not ok(value, b):
+                raise ConfigError(f"{key} = {value}: must be {op} {b:g}")
+        if self.convert is not None:
+            self.convert(value)           # raises its own one-line ConfigError
+
+
+def param(default: Any = _MISSING, *, section: str = "model", key: str | None = None,
+          ge: float | int | None = None, gt: float | int | None = None,
+          le: float | int | None = None, lt: float | int | None = None,
+          choices: tuple | None = None,
+          length: int | str | None = None, convert: Callable[[Any], Any] | None = None,
+          type: Any = None, static: bool | None = None, help: str = "") -> Any:
+    """A model field that is a parameter: `[section] key` of the config (default: `[model]`,
+    the field's name), with its default, bounds, choices, list length and help.
+
+    The field's value is `convert(config value)` (default: the value itself; e.g. a unit's
+    name converted to the unit). `static` (default: for bool, int and str values) makes the
+    field part of the model's structure; the other (float) fields are leaves, so they are the
+    model's differentiable hyperparameters. `type` is the config-side type (default: the
+    type of `default`; give it when the default is None)."""
+    if default is _MISSING:
+        raise TypeError("param() needs a default")
+    ctype = type if type is not None else builtins_type(default)
+    if static is None:
+        static = ctype in (bool, int, str)
+    meta = Param(default=default, type=ctype, section=section, key=key, ge=ge, gt=gt, le=le,
+                 lt=lt, choices=choices, length=length, convert=convert, help=help)
+    value = default if convert is None or default is None else convert(default)
+    return eqx.field(default=value, static=static, metadata={"param": meta})
+
+
+def builtins_type(value: Any) -> Any:
+    """The config type of a default value."""
+    for t in (bool, int, float, str, list, dict):
+        if isinstance(value, t):
+            return t
+    raise TypeError(f"param({value!r}): give type= (the config type of its values)")
+
+
+def params_of(cls: type) -> list[tuple[str, Param]]:
+    """`(field name, declaration)` of every [`param`][] field of a model class, in order."""
+    return [(f.name, f.metadata["param"]) for f in dataclasses.fields(cls)
+            if "param" in f.metadata]
+
+
+def config_key(name: str, p: Param) -> str:
+    """The key of a field in its section."""
+    return p.key or name
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """The Gram layout of a model: `students` and `teachers` rows (an int, or the name of an
+    int field), and the standard deviation of their entries at the start, `w ~ N(0, s² I)`
+    (a number, or the name of a field). The engine derives from it `n_students`,
+    `n_teachers`, `named` (`Q` students × students, `R` students × teachers, `T` teachers ×
+    teachers, then the scalar parameters), the D → ∞ start `limit_state` (`Q = s² I`,
+    `R = 0`, `T = s*² I`) and the default `init_weights`."""
+
+    students: int | str = 1
+    teachers: int | str = 1
+    student_std: float | str = 1.0
+    teacher_std: float | str = 1.0
+
+    @staticmethod
+    def value(model: Any, v: Any) -> Any:
+        return getattr(model, v) if isinstance(v, str) else v
+
+
+# -- the config tables, derived once per model class -------------------------------------------
+
+class _Section:
+    """Base of the derived config tables: `validate()` checks every declared parameter."""
+
+    _params: typing.ClassVar[tuple[tuple[str, str, Param], ...]] = ()
+    _where: typing.ClassVar[str] = "model"
+
+    def validate(self) -> None:
+        for _, key, p in self._params:
+            p.check(f"{self._where}.{key}", getattr(self, key), self)
+        extra = getattr(self, "_validate_more", None)
+        if extra is not None:
+            extra()
+
+
+def _table(name: str, where: str, fields: list[tuple[str, Any, Any]],
+           params: tuple[tuple[str, str, Param], ...], namespace: dict | None = None,
+           base: type = _Section) -> type:
+    cls = dataclasses.make_dataclass(
+        name, [(k, t, dataclasses.field(default=d)) for k, t, d in fields],
+        bases=(base,), frozen=True, namespace=namespace or {})
+    cls._params = params
+    cls._where = where
+    return cls
+
+
+def _optional(t: Any) -> Any:
+    return t | None
+
+
+@functools.cache
+def model_table(cls: type) -> type:
+    """The `[model]` table of a model class: `kind` and every `[model]` parameter."""
+    params = tuple((n, config_key(n, p), p) for n, p in params_of(cls) if p.section == "model")
+    fields: list[tuple[str, Any, Any]] = [("kind", str, cls.kind)]
+    fields += [(k, _optional(p.type) if p.default is None else p.type, p.default)
+               for _, k, p in params]
+    return _table(f"{cls.__name__}Model", "model", fields, params)
+
+
+class _TrainingBase(_Section):
+    """The generic `[training]` keys of every model of the family (`docs/models.md`)."""
+
+    lr: float
+    lr_schedule: dict | None
+    weight_decay: float
+    batch: int
+    t_max: float
+
+    def _validate_more(self) -> None:
+        for key in ("lr", "weight_decay"):
+            if not getattr(self, key) >= 0:
+                raise ConfigError(f"training.{key} = {getattr(self, key)}: must be >= 0")
+        second = getattr(self, type(self)._lr_bias_key, None)
+        if second is not None and not second >= 0:
+            raise ConfigError(f"training.{type(self)._lr_bias_key} = {second}: must be >= 0")
+        if self.batch < 1:
+            raise ConfigError(f"training.batch = {self.batch}: must be >= 1")
+        if not self.t_max > 0:
+            raise ConfigError(f"training.t_max = {self.t_max}: must be > 0")
+        if self.lr_schedule is not None:
+            from .._schedule import Schedule
+
+            Schedule.from_table("training.lr_schedule", self.lr_schedule)
+
+    _lr_bias_key: typing.ClassVar[str] = "lr_params"
+
+    @property
+    def lr_bias(self) -> float:
+        """The step size of the scalar parameters (`StepSizes.lr_bias`): the model's key for
+        it (`lr_bias_key`, default `lr_params`) when set, else `lr`."""
+        second = getattr(self, type(self)._lr_bias_key, None)
+        return self.lr if second is None else second
+
+    @property
+    def lr_bias_schedule(self) -> dict | None:
+        """The schedule of the scalar parameters' step: that of `lr` when their own step is
+        not set."""
+        own = getattr(self, type(self)._lr_bias_key, None)
+        return self.lr_schedule if own is None else None
+
+
+def _moves_scalars(cls: type) -> bool:
+    """Whether a model class can train scalar parameters (it defines `trained`)."""
+    return any("trained" in vars(c) for c in cls.__mro__[:-1]
+               if c.__name__ != "AbstractModel")
+
+
+@functools.cache
+def training_table(cls: type) -> type:
+    """The `[training]` table of a model class: the generic keys (`lr`, the scalar
+    parameters' step `cls.lr_bias_key` when the model defines `trained`, `weight_decay`,
+    `batch`, `t_max`, `lr_schedule`) and every parameter declared with
+    `section="training"`."""
+    params = tuple((n, config_key(n, p), p) for n, p in params_of(cls)
+                   if p.section == "training")
+    fields: list[tuple[str, Any, Any]] = [("lr", float, 1.0)]
+    if _moves_scalars(cls):
+        fields.append((cls.lr_bias_key, float | None, None))
+    fields += [("weight_decay", float, 0.0), ("batch", int, 1)]
+    fields += [(k, _optional(p.type) if p.default is None else p.type, p.default)
+               for _, k, p in params]
+    fields += [("t_max", float, float(cls.t_max)), ("lr_schedule", dict | None, None)]
+    return _table(f"{cls.__name__}Training", "training", fields, params,
+                  namespace={"_lr_bias_key": cls.lr_bias_key}, base=_TrainingBase)
+
+
+def from_tables(cls: type, model: Any, training: Any) -> Any:
+    """The model of the validated `[model]` and `[training]` tables."""
+    kwargs = {}
+    for name, p in params_of(cls):
+        value = getattr(model if p.section == "model" else training, config_key(name, p))
+        if value is not None and p.convert is not None:
+            value = p.convert(value)
+        elif value is not None and p.length is not None:
+            value = np.asarray(value, dtype=np.float64)
+        elif p.type is float and value is not None:
+            value = float(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def describe(cls: type) -> list[tuple[str, str, str]]:
+    """`(section.key, default, help)` of every key of a model's two tables, for
+    `headflow models` and `--help`."""
+    out = []
+    for table in (model_table(cls), training_table(cls)):
+        docs = {k: p for _, k, p in table._params}
+        for f in dataclasses.fields(table):
+            p = docs.get(f.name)
+            bounds = ""
+            if p is not None:
+                bounds = ", ".join(f"{op} {getattr(p, b):g}" for b, op in
+                                   (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                                   if getattr(p, b) is not None)
+                if p.choices:
+                    bounds = "one of " + ", ".join(map(repr, p.choices))
+            help_ = (p.help if p is not None else "")
+            text = "; ".join(x for x in (help_, bounds) if x)
+            default = f.default
+            shown = ("-" if default is None else
+                     repr(default) if not isinstance(default, float) or math.isfinite(default)
+                     else str(default))
+            out.append((f"{table._where}.{f.name}", shown, text))
+    return out

@@ -1,0 +1,207 @@
+"""A model from the user's own code, as the tutorial (`docs/models.md#adding-a-model`) writes it:
+`examples/phase_retrieval/phase_retrieval.py`, run by `[model] kind = "file.py:Class"`, by
+`"module:Class"` and, once its example package is installed, by its entry-point name.
+
+Checked:
+
+- the file is at most 40 lines, and its `[model]`/`[training]` tables are derived from its
+  fields (defaults, bounds, one-line errors);
+- its declared sign flip (`SignFlip(teacher=0)`) closes every node set, so the drift's `R`
+  component at states with `R = 0` is at most 1e-14 for every backend and node count, where
+  nodes closed only under the student permutations leave it far above round-off;
+- the command line runs it (ode, sgd in both spaces, sde, compare), keeps `R = 0` from the
+  symmetric start, refuses bad kinds in one line, and replays a result only while the model file
+  is unchanged;
+- an installed package's entry point registers it by name, and packages named `dynamics`,
+  `sims` or `validation` elsewhere on the path do not disturb headflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from headflow.dynamics import ConfigError, StepSizes, load_config
+from headflow.dynamics.expectations import MonteCarlo, Quadrature, QuasiMonteCarlo
+from headflow.dynamics.fields import ModelField, model_group
+from headflow.dynamics.models import GramState, SignFlip, model_class
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "phase_retrieval"
+FILE_KIND = f"{EXAMPLE / 'phase_retrieval.py'}:PhaseRetrieval"
+ENV = {k: v for k, v in os.environ.items() if k != "HEADFLOW_CACHE"}
+
+
+def headflow(*argv: str, cwd: Path, env: dict | None = None, timeout: int = 600):
+    return subprocess.run([sys.executable, "-m", "headflow.validation", *argv], cwd=cwd,
+                          env={**ENV, **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def PR():
+    return model_class(FILE_KIND)
+
+
+def test_tutorial_file_is_short_and_its_tables_are_derived(PR):
+    assert len((EXAMPLE / "phase_retrieval.py").read_text().splitlines()) <= 40
+    cfg = load_config(EXAMPLE / "run.toml")        # kind relative to the config file
+    assert cfg.model.kind == FILE_KIND and type(cfg.model) is PR.section()
+    model = cfg.build_model()
+    assert isinstance(model, PR) and (model.n_students, model.n_teachers) == (1, 1)
+    assert cfg.training.lr == 0.1 and cfg.training.lr_bias == 0.1
+    assert "lr_params" not in vars(cfg.training)         # no trained scalars: no such key
+    s0 = model.limit_state()
+    np.testing.assert_array_equal(np.asarray(s0.gram), np.eye(2))
+    named = model.named(s0)
+    assert set(named) == {"Q", "R", "T"} and named["R"].shape == (1, 1)
+    for bad, msg in ((["model.noise=-1"], "model.noise = -1.0: must be >= 0"),
+                     (["model.init_std=0"], "model.init_std = 0.0: must be > 0"),
+                     (["model.width=3"], "unknown config key model.width"),
+                     (["training.lr_params=0.1"], "unknown config key training.lr_params")):
+        with pytest.raises(ConfigError, match=msg.replace("(", r"\(")):
+            load_config(EXAMPLE / "run.toml", bad)
+
+
+BACKENDS = [MonteCarlo, QuasiMonteCarlo, Quadrature]
+
+
+@pytest.mark.parametrize("backend", BACKENDS, ids=lambda b: b.__name__)
+@pytest.mark.parametrize("samples", [256, 1024, 4096])
+def test_declared_sign_flip_keeps_the_equator_invariant(PR, backend, samples):
+    """At states with `R = 0` the exact drift of `R` is 0 (the law is even in ν); on nodes
+    closed under the declared flip it is 0 to round-off, at every node count. The same
+    model without the declaration (nodes closed under the student permutations only) is off
+    by far more: the test would catch a closure that ignores the flip."""
+    model = PR(noise=0.2)
+    steps = StepSizes(lr=0.3, lr_bias=0.3)
+    bare = type("Undeclared", (PR,), {"symmetries": lambda self: ()})(noise=0.2)
+    assert model_group(model)[0].shape[0] == 2 and model_group(bare)[0].shape[0] == 1
+    for Q, T in ((1.0, 1.0), (0.3, 1.7), (2.5, 0.8)):
+        state = GramState(gram=jnp.array([[Q, 0.0], [0.0, T]]), params={})
+        drift = ModelField.build(model, steps, backend(samples=samples))(0.0, state)
+        dR = float(drift.gram[0, 1])
+        assert abs(dR) <= 1e-14, (Q, T, dR)
+        assert float(abs(drift.gram[0, 0])) > 1e-3      # the field itself is not zero
+        flipped = SignFlip(teacher=0).act(model, state)
+        np.testing.assert_array_equal(np.asarray(flipped.gram), np.asarray(state.gram))
+    if backend is not Quadrature:   # a product Gauss–Hermite rule is already sign-symmetric
+        off = ModelField.build(bare, steps, backend(samples=samples))(0.0, GramState(
+            gram=jnp.array([[1.0, 0.0], [0.0, 1.0]]), params={}))
+        assert abs(float(off.gram[0, 1])) > 1e-8
+
+
+def test_bad_kinds_are_one_line_errors(tmp_path):
+    (tmp_path / "broken.py").write_text("def oops(:\n")
+    (tmp_path / "abstract.py").write_text(
+        "from typing import ClassVar\n"
+        "from headflow.dynamics.models import AbstractModel, Rows\n"
+        "class Half(AbstractModel):\n"
+        "    kind: ClassVar[str] = 'half'\n"
+        "    rows: ClassVar[Rows] = Rows()\n"
+        "    def predict(self, params, lam):\n"
+        "        return lam[0]\n"
+        "class NotAModel:\n"
+        "    pass\n")
+    cases = {
+        "missing.py:M": "file .*missing.py not found",
+        "broken.py:M": "loading .*broken.py failed: SyntaxError",
+        "abstract.py:Nope": "has no class 'Nope' \\(it defines Half, NotAModel\\)",
+        "abstract.py:NotAModel": "'NotAModel' is not a subclass of",
+        "abstract.py:Half": "Half does not implement target",
+        "no_such_package.mod:M": "no module named 'no_such_package'",
+        "plainly_unknown": "unknown model; choose one of 'attention', 'committee'",
+    }
+    for kind, msg in cases.items():
+        (tmp_path / "c.toml").write_text(f'[model]\nkind = "{kind}"\n')
+        with pytest.raises(ConfigError, match=msg):
+            load_config(tmp_path / "c.toml")
+        if kind not in ("missing.py:M", "broken.py:M", "abstract.py:Half"):
+            continue                      # the command line: three of them (each a process)
+        done = headflow("ode", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out"),
+                        cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("headflow: error: model.kind"), lines
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_command_line_runs_the_users_file(tmp_path):
+    """ode (R stays 0 from the symmetric start), sgd in weight and overlap space, sde with
+    its escapes, compare: each exits 0 and writes its results."""
+    work = tmp_path / "pr"
+    shutil.copytree(EXAMPLE, work)
+    small = ["--set", "training.t_max=4", "--set", "ode.samples=1024"]
+    cache = {"HEADFLOW_CACHE_DIR": str(tmp_path / "cache")}
+    done = headflow("ode", "run.toml", *small, "--set", 'ode.init="symmetric"', "--set",
+                    'ode.expectation="qmc"', "--out", "ode", cwd=work, env=cache)
+    assert done.returncode == 0, done.stderr[-2000:]
+    z = np.load(work / "ode" / "ode.npz")
+    assert np.max(np.abs(z["R"])) == 0.0 and z["risk"][-1] < z["risk"][0]
+    runs = {"sgd_w": ["sgd", "--set", "sim.dim=200", "--set", "sim.seeds=4"],
+            "sgd_o": ["sgd", "--set", "sim.dim=200", "--set", "sim.seeds=4", "--set",
+                      'sim.space="overlaps"'],
+            "sde": ["sde", "--dim", "200", "--paths", "8"],
+            "compare": ["compare", "--dim", "200", "--seeds", "8"]}
+    for name, argv in runs.items():
+        done = headflow(argv[0], "run.toml", *small, *argv[1:], "--out", name, "--json",
+                        cwd=work, env=cache)
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        assert (work / name / "meta.json").is_file(), name
+        json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_editing_the_model_file_changes_the_next_result(tmp_path):
+    work = tmp_path / "pr"
+    shutil.copytree(EXAMPLE, work)
+    env = {"HEADFLOW_CACHE_DIR": str(tmp_path / "cache"), "HEADFLOW_CACHE": "1"}
+    argv = ["run.toml", "--set", "training.t_max=1", "--set", "ode.samples=256"]
+
+    def risk(out: str) -> tuple[float, bool]:
+        done = headflow("ode", *argv, "--out", out, cwd=work, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        meta = json.loads((work / out / "meta.json").read_text())
+        return float(np.load(work / out / "ode.npz")["risk"][-1]), "replayed" in meta
+
+    first, replayed = risk("a")
+    assert not replayed
+    assert risk("b") == (first, True)          # unchanged: replayed
+    source = work / "phase_retrieval.py"
+    source.write_text(source.read_text().replace("return nu[0] ** 2", "return 2 * nu[0] ** 2"))
+    second, replayed = risk("c")
+    assert not replayed and abs(second - first) > 0.1
+
+
+def test_entry_point_and_colliding_package_names(tmp_path):
+    """The example package, installed, registers `phase_retrieval` by name; packages called
+    `dynamics`, `sims` and `validation` first on the path (as other projects on PyPI are
+    named) change nothing."""
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-build-isolation", "--no-index", "--target", str(site),
+                           str(EXAMPLE)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for name in ("dynamics", "sims", "validation"):
+        (site / name).mkdir()
+        (site / name / "__init__.py").write_text(f"raise ImportError('the other {name}')\n")
+    env = {"PYTHONPATH": str(site)}
+    done = headflow("models", "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    listing = json.loads(done.stdout.strip().splitlines()[-1])["models"]
+    assert {"attention", "committee", "phase_retrieval"} <= set(listing)
+    keys = [k["key"] for k in listing["phase_retrieval"]["keys"]]
+    assert "model.noise" in keys and "training.lr_params" not in keys
+    (tmp_path / "c.toml").write_text('[model]\nkind = "phase_retrieval"\n[training]\n'
+                                     'lr = 0.1\nt_max = 1.0\n[ode]\nsamples = 256\n')
+    done = headflow("ode", "c.toml", "--out", "o", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "o" / "ode.npz").is_file()
