@@ -25,7 +25,8 @@ def _tool(name: str) -> str:
 
 
 def test_ruff():
-    proc = subprocess.run([_tool("ruff"), "check", *PACKAGES, "tests", "benchmarks"],
+    proc = subprocess.run([_tool("ruff"), "check", *PACKAGES, "src", "examples", "tests",
+                           "benchmarks"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
