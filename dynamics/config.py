@@ -165,8 +165,10 @@ class ODESection:
                                           # from its change on 4x the pilot's nodes
     seed: int = 0               # of the fixed (common) random numbers
     max_steps: int = 100000
-    init: str = "random"        # "random": one random init at sim.dim (O(1/√D) head
-                                # differences); "symmetric": its D → ∞ limit (never specializes)
+    init: str | dict = "random"  # "random": one random init at sim.dim (O(1/√D) head
+                                 # differences); "symmetric": its D → ∞ limit (never
+                                 # specializes); a table of named order parameters (models of
+                                 # the family): those values, the rest from the D → ∞ limit
 
     def validate(self) -> None:
         _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature", "exact"))
@@ -185,7 +187,17 @@ class ODESection:
         _choice("ode.rhs", self.rhs, ("auto", "autodiff", "symbolic"))
         _at_least("ode.seed", self.seed, 0)
         _at_least("ode.max_steps", self.max_steps, 1)
-        _choice("ode.init", self.init, ("random", "symmetric"))
+        if isinstance(self.init, dict):
+            for name, value in self.init.items():
+                try:
+                    arr = np.asarray(value, dtype=np.float64)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"ode.init.{name}: must be a number or a (nested) list "
+                                      "of numbers") from None
+                if _has_bool(value) or not np.all(np.isfinite(arr)):
+                    raise ConfigError(f"ode.init.{name}: entries must be finite numbers")
+        else:
+            _choice("ode.init", self.init, ("random", "symmetric"))
         if not isinstance(self.solver, str) or not self.solver:
             raise ConfigError(f"ode.solver = {self.solver!r}: must be a diffrax solver name")
 
@@ -292,6 +304,9 @@ class Config:
             raise ConfigError("ode.expectation = 'exact': closed forms exist for models of "
                               "units with Gaussian integrals (model.kind = 'committee'); "
                               "choose 'mc', 'qmc' or 'quadrature'")
+        if isinstance(self.ode.init, dict):
+            raise ConfigError("ode.init: a table of named order parameters is for models of "
+                              "the family; the attention model takes 'random' or 'symmetric'")
         object.__setattr__(self, "prior", self.prior.resolved(self.model.F))
         self.build_prior()  # the prior classes check the rest (weights, p, var > 0)
         if self.sim.dim < self.model.F + 1:
@@ -326,6 +341,9 @@ class Config:
                                  if hasattr(self.model, "activation") else "")
                               + " has no closed-form Gaussian integrals for the drift; choose "
                               "'mc', 'qmc' or 'quadrature'")
+        if isinstance(self.ode.init, dict):
+            model.check_state(model.with_named(model.limit_state(), self.ode.init),
+                              what="ode.init")
         S, P = model.n_students, model.n_rows
         if self.ode.expectation == "exact":     # the four-point integrals of every quadruple
             check_memory(f"{S} student and {P - S} teacher units with ode.expectation = "
@@ -512,6 +530,8 @@ def _make_section(name: str, cls: type, body: dict[str, Any]):
 
 def _coerce(key: str, value: Any, hint: Any) -> Any:
     args = typing.get_args(hint)
+    if isinstance(value, dict) and dict in args:     # a keyword or a table (`ode.init`)
+        return value
     if int in args and str in args:                  # a number or a keyword ("auto")
         return value if isinstance(value, str) else _coerce(key, value, int)
     base = next((a for a in args if a is not type(None)), hint) if args else hint
@@ -546,6 +566,12 @@ def _coerce(key: str, value: Any, hint: Any) -> Any:
             raise ConfigError(f"{key} = {value!r}: must be a table")
         return value
     return value  # pragma: no cover
+
+
+def _has_bool(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(map(_has_bool, value))
+    return isinstance(value, bool)
 
 
 def _at_least(key, value, low):

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, Int
 from headflow.dynamics import Config, StepSizes
 from headflow.dynamics.hooks import state_risk
 from headflow.dynamics.models import AbstractModel
-from headflow.dynamics.ode import model_arrays
+from headflow.dynamics.ode import model_arrays, named_start
 
 from ._models import simulate_model
 from ._runs import save_steps
@@ -79,6 +79,8 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
     n = cfg.sim.seeds if seeds is None else int(seeds)
     seed_list = list(range(cfg.sim.seed, cfg.sim.seed + n))
     times = cfg.save_times() if times is None else np.asarray(times)
+    if start is None and isinstance(cfg.ode.init, dict):
+        start = named_start(cfg, model)     # `[ode] init` names the start of every seed
     if start is not None:
         model.check_state(start)
     steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,

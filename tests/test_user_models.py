@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import jax.numpy as jnp
 import numpy as np
@@ -32,7 +33,7 @@ import pytest
 from headflow.dynamics import ConfigError, StepSizes, load_config
 from headflow.dynamics.expectations import MonteCarlo, Quadrature, QuasiMonteCarlo
 from headflow.dynamics.fields import ModelField, model_group
-from headflow.dynamics.models import GramState, SignFlip, model_class
+from headflow.dynamics.models import AbstractModel, GramState, Rows, SignFlip, model_class, param
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "phase_retrieval"
@@ -205,3 +206,129 @@ def test_entry_point_and_colliding_package_names(tmp_path):
     done = headflow("ode", "c.toml", "--out", "o", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert (tmp_path / "o" / "ode.npz").is_file()
+
+
+# -- exact expectations of a polynomial model, against closed forms written out here ----------
+
+def closed_form(Q, R, T, eta, sigma):
+    """Phase retrieval's drift and risk by Isserlis' theorem (λ, ν jointly Gaussian with
+    variances Q, T and covariance R; G = ∂ℓ/∂λ = 2λ(λ² − ν² − σζ)): dQ/dt = E[−2ηGλ + η²G²],
+    dR/dt = E[−ηGν], ε = ½E[(λ² − ν²)²]."""
+    EGl = 2.0 * (3 * Q**2 - Q * T - 2 * R**2)
+    EGn = 2.0 * (3 * Q * R - 3 * R * T)
+    EG2 = 4.0 * (15 * Q**3 - 2 * (3 * Q**2 * T + 12 * Q * R**2) + 3 * Q * T**2
+                 + 12 * T * R**2 + sigma**2 * Q)
+    return -2 * eta * EGl + eta**2 * EG2, -eta * EGn, 0.5 * (3 * Q**2 + 3 * T**2
+                                                           - 2 * (Q * T + 2 * R**2))
+
+
+def test_polynomial_model_is_exact_by_default(PR):
+    """A model that declares `polynomial_degree` integrates on Gauss–Hermite rules of
+    sufficient order: the drift and the risk equal the closed forms to round-off at generic
+    states, and their error estimates are round-off too."""
+    from headflow.dynamics.models import model_risk
+    from headflow.dynamics.ode import model_field
+
+    cfg = load_config(EXAMPLE / "run.toml", ["model.noise=0.3", "training.lr=0.2"])
+    assert cfg.ode.expectation == "exact"
+    field = model_field(cfg)
+    assert field.nodes.size == 5**3          # order 5 (exact to degree 9 ≥ 6) in 3 dims
+    model = cfg.build_model()
+    for Q, R, T in ((1.0, 0.0, 1.0), (0.7, 0.3, 1.2), (2.0, -0.9, 1.1)):
+        state = GramState(gram=jnp.array([[Q, R], [R, T]]), params={})
+        drift, err = field.with_error(state)
+        dQ, dR, risk = closed_form(Q, R, T, 0.2, 0.3)
+        np.testing.assert_allclose(float(drift.gram[0, 0]), dQ, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(float(drift.gram[0, 1]), dR, rtol=1e-12, atol=1e-13)
+        assert float(np.max(np.abs(np.asarray(err.gram)))) < 1e-12
+        r, r_err = model_risk(model, state)
+        np.testing.assert_allclose(float(r), risk, rtol=1e-13)
+        assert abs(float(r_err)) < 1e-12
+
+
+def test_named_start(PR):
+    """`[ode] init` names order parameters; the rest comes from the D → ∞ start; the ODE, the
+    SDE's paths and SGD's seeds start there; bad tables are one-line errors."""
+    from headflow.dynamics.ode import model_start
+
+    cfg = load_config(EXAMPLE / "run.toml", ["ode.init = {R = [[1e-3]], Q = [[0.5]]}"])
+    np.testing.assert_array_equal(np.asarray(model_start(cfg).gram),
+                                  np.array([[0.5, 1e-3], [1e-3, 1.0]]))
+    bad = {"ode.init = {R = [[2.0]]}": "ode.init: not a valid Gram matrix",
+           "ode.init = {X = 1}": "ode.init.X: not an order parameter of this model",
+           "ode.init = {R = [1, 2]}": r"ode.init.R: shape \[2\], expected \[1, 1\]",
+           "ode.init = {R = [[true]]}": "ode.init.R: entries must be finite numbers",
+           "ode.init = 'sideways'": "ode.init = 'sideways': choose one of"}
+    from headflow.dynamics import HeadflowError
+
+    for item, msg in bad.items():
+        with pytest.raises(HeadflowError, match=msg):
+            load_config(EXAMPLE / "run.toml", [item])
+    with pytest.raises(ConfigError, match="ode.init: a table of named order parameters is "
+                                          "for models of the family"):
+        load_config(ROOT / "validation" / "configs" / "demo.toml", ["ode.init = {R = 1}"])
+
+
+class TanhIndex(AbstractModel):
+    """`y = tanh(ν) + σζ`, `ŷ = tanh(λ)`: not a polynomial, increments of moderate tails."""
+
+    kind: ClassVar[str] = "tanh_index_test"
+    rows: ClassVar[Rows] = Rows(students=1, teachers=1)
+    noise: float = param(0.5)
+
+    def predict(self, params, lam):
+        return jnp.tanh(lam[0])
+
+    def target(self, params, nu):
+        return jnp.tanh(nu[0])
+
+
+def test_noise_rule_exact_or_sized_by_kurtosis(PR):
+    """The diffusion's nodes: the exact Gauss–Hermite rule of the covariance's degree for the
+    polynomial model; otherwise Monte Carlo nodes sized from the increments' kurtosis (checked
+    against scipy's on the same increments), so that the relative spread of the diffusion's
+    scale over node seeds meets the target, where the Gaussian formula's count misses it."""
+    import scipy.stats as st
+
+    from headflow.dynamics.sde import ModelDiffusion, noise_rule
+
+    cfg = load_config(EXAMPLE / "run.toml", ["training.lr=0.5"])
+    steps = StepSizes(lr=0.5, lr_bias=0.5)
+    exact = noise_rule(cfg.build_model(), cfg, steps)
+    assert isinstance(exact, Quadrature) and exact.samples == 8**3   # degree 12 ≤ 2·8 − 3
+
+    model, c = TanhIndex(), cfg.replace(**{"ode.expectation": "qmc"})
+    rule = noise_rule(model, c, steps)
+    assert isinstance(rule, MonteCarlo)
+    start = model.limit_state()
+    pilot = ModelDiffusion.build(model, steps, MonteCarlo(samples=1 << 14, seed=1))
+    U = np.asarray(pilot.increments(start))
+    live = U.var(axis=0) > 1e-12 * U.var(axis=0).max()
+    kappa = float(np.max(st.kurtosis(U[:, live], axis=0, fisher=False)))
+    np.testing.assert_allclose(float(pilot.kurtosis(start)), kappa, rtol=1e-10)
+    tau = c.sde.error_target
+    gaussian = 2 ** int(np.ceil(np.log2(1 / (2 * tau**2))))
+    assert rule.samples == 2 ** int(np.ceil(np.log2((kappa - 1) / (4 * tau**2)))) > gaussian
+
+    def spread(n):                      # relative std over node seeds of the largest scale
+        scales = [np.sqrt(np.max(np.sum(np.asarray(ModelDiffusion.build(
+            model, steps, MonteCarlo(samples=n, seed=s)).factor(start)) ** 2, axis=1)))
+            for s in range(12)]
+        return np.std(scales) / np.mean(scales)
+
+    assert spread(rule.samples) < tau < spread(gaussian)
+
+
+def test_tutorial_shows_the_example_file():
+    """The code of `docs/models.md#adding-a-model` is the example's code, line by line in order
+    (the docstrings left out), and its config is the example's."""
+    text = (ROOT / "docs" / "models.md").read_text()
+    section = text[text.index("## Adding a model"):]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    source = (EXAMPLE / "phase_retrieval.py").read_text().splitlines()
+    at = 0
+    for line in filter(str.strip, code.splitlines()):
+        at = source.index(line, at) + 1          # ValueError: a line the example lacks
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = [x.split("#")[0].strip() for x in (EXAMPLE / "run.toml").read_text().splitlines()]
+    assert [x.split("#")[0].strip() for x in toml.splitlines()] == [x for x in config[1:]]

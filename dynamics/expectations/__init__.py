@@ -10,7 +10,9 @@ from ._base import MonteCarloNodes as MonteCarloNodes
 from ._base import ReplicateNodes as ReplicateNodes
 from ._mc import MonteCarlo as MonteCarlo
 from ._qmc import QuasiMonteCarlo as QuasiMonteCarlo
+from ._quadrature import EXACT_MAX_NODES as EXACT_MAX_NODES
 from ._quadrature import Quadrature as Quadrature
+from ._quadrature import exact_rule as exact_rule
 
 
 AUTO_MAX_SAMPLES = 1 << 18

@@ -1,4 +1,5 @@
 import itertools
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,3 +44,18 @@ class Quadrature(AbstractExpectation):
         # permutations of the coordinates
         del perm, signs
         return self.nodes(dim)
+
+
+EXACT_MAX_NODES = 1 << 16
+"""The largest tensor Gauss–Hermite rule [`exact_rule`][] builds (beyond it: None)."""
+
+
+def exact_rule(dim: int, degree: int, max_nodes: int = EXACT_MAX_NODES) -> Quadrature | None:
+    """The tensor Gauss–Hermite rule over `dim` standard normals that integrates every
+    polynomial of total degree ≤ `degree` exactly, and so does the next lower order that
+    estimates its error (order `k ≥ (degree + 3)/2`: the order-k rule is exact to degree
+    `2k − 1` in each coordinate); None when it has more than `max_nodes` nodes."""
+    k = max(3, math.ceil((degree + 3) / 2))
+    if k**dim > max_nodes:
+        return None
+    return Quadrature(samples=k**dim)

@@ -14,6 +14,9 @@ from ._nodes import row_group as row_group
 from ._nodes import unit_permutations as unit_permutations
 from ._model import ExactField as ExactField
 from ._model import ModelField as ModelField
+from ._model import exact_backend as exact_backend
+from ._model import exact_field as exact_field
+from ._model import has_closed_field as has_closed_field
 from ._model import has_exact_field as has_exact_field
 from ._model import model_dims as model_dims
 from ._model import model_group as model_group

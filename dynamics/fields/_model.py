@@ -14,7 +14,7 @@ from jaxtyping import Array, Float, PyTree
 
 from .._linalg import psd_sqrt
 from .._steps import StepSizes
-from ..expectations import AbstractExpectation, AbstractNodes
+from ..expectations import AbstractExpectation, AbstractNodes, Quadrature, exact_rule
 from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
 from ._base import AbstractField
 from ._nodes import MAX_GROUP, Group, product_group, row_group, unit_permutations
@@ -130,8 +130,40 @@ class ExactField(AbstractField):
         return rhs, jax.tree.map(jnp.zeros_like, rhs)
 
 
-def has_exact_field(model: AbstractModel) -> bool:
-    """Whether [`ExactField`][] applies to `model`."""
+def has_closed_field(model: AbstractModel) -> bool:
+    """Whether [`ExactField`][] (closed-form integrals of a readout's unit) applies to
+    `model`."""
     ro = model.readout(model.limit_state().params)
     return ro is not None and bool(ro.unit.exact)
+
+
+def exact_backend(model: AbstractModel, what: str = "drift") -> Quadrature | None:
+    """For a polynomial model (`AbstractModel.loss_degree`), the Gauss–Hermite rule over all
+    fields and the label noise that integrates its `what` exactly: the `"drift"` (the mean
+    increment: degree `max(L, 2L − 2)` for a loss of degree L, the `η²` terms included) or
+    the `"diffusion"` (the increments' covariance: twice that). None otherwise, or when the
+    rule would be too large."""
+    L = model.loss_degree()
+    if L is None:
+        return None
+    degree = max(L, 2 * L - 2) * (2 if what == "diffusion" else 1)
+    return exact_rule(model_dims(model), degree)
+
+
+def has_exact_field(model: AbstractModel) -> bool:
+    """Whether `[ode] expectation = "exact"` applies to `model`: closed forms
+    ([`has_closed_field`][]) or an exact Gauss–Hermite rule ([`exact_backend`][])."""
+    return has_closed_field(model) or exact_backend(model) is not None
+
+
+def exact_field(model: AbstractModel, steps: StepSizes, *, sgd_noise: bool = True
+                ) -> AbstractField:
+    """The exact drift of `model`: [`ExactField`][] where its unit has closed forms, else
+    [`ModelField`][] on the nodes of [`exact_backend`][]."""
+    if has_closed_field(model):
+        return ExactField.build(model, steps, sgd_noise=sgd_noise)
+    backend = exact_backend(model)
+    if backend is None:
+        raise ValueError(f"{type(model).__name__} has no exact drift")
+    return ModelField.build(model, steps, backend, sgd_noise=sgd_noise)
 

@@ -177,6 +177,37 @@ class AbstractModel(eqx.Module):
                                    Rows.value(self, rows.teacher_std), dtype),
             params=self.params0())
 
+    def with_named(self, state: GramState, values: Mapping[str, Any]) -> GramState:
+        """`state` with some order parameters set by name (the inverse of [`named`][]): `Q`,
+        `R` (and so its transpose), `T`, or a scalar parameter; the others kept. A one-line
+        [`ConfigError`][] for an unknown name or a wrong shape (the state is not checked for
+        positive semi-definiteness here: [`check_state`][] does)."""
+        S = self.n_students
+        have = self.named(state)
+        gram, params = state.gram, dict(state.params)
+        for name, value in values.items():
+            if name not in have:
+                raise ConfigError(f"ode.init.{name}: not an order parameter of this model "
+                                  f"(it has {', '.join(have)})")
+            want = tuple(np.shape(have[name]))
+            arr = jnp.asarray(value, jnp.float64)
+            if arr.shape != want:
+                raise ConfigError(f"ode.init.{name}: shape {list(arr.shape)}, expected "
+                                  f"{list(want)}")
+            if name == "Q":
+                gram = gram.at[:S, :S].set(arr)
+            elif name == "R":
+                gram = gram.at[:S, S:].set(arr).at[S:, :S].set(arr.T)
+            elif name == "T":
+                gram = gram.at[S:, S:].set(arr)
+            elif name in params:
+                params[name] = arr
+            else:
+                raise ConfigError(f"ode.init.{name}: this model's order parameters cannot be "
+                                  "set by name (it overrides `named`; override `with_named` "
+                                  "too)")
+        return GramState(gram=gram, params=params)
+
     def limit_state(self) -> GramState:
         """The D → ∞ limit of [`init_weights`][]'s order parameters: `Q = s² I`, `R = 0`,
         `T = s*² I` (a symmetric start)."""
@@ -230,6 +261,20 @@ class AbstractModel(eqx.Module):
                 out.append((f"{p.section}.{config_key(name, p)}", "model",
                             lambda m, n=name: getattr(m, n)))
         return tuple(out)
+
+    def polynomial_degree(self) -> int | None:
+        """The largest degree of `predict` and `target` as polynomials in the fields, when
+        they are polynomials (phase retrieval: 2); None (the default) otherwise. A model that
+        declares it gets exact expectations by default: tensor Gauss–Hermite rules of
+        sufficient order for its risk, drift and diffusion (`[ode] expectation = "exact"`)."""
+        return None
+
+    def loss_degree(self) -> int | None:
+        """The degree of the per-sample `loss` in the fields and the label noise (default:
+        `2 · polynomial_degree()`, the square loss); a model that overrides `loss` and
+        declares a degree states its loss's degree here."""
+        d = self.polynomial_degree()
+        return None if d is None else 2 * max(d, 1)
 
     def symmetries(self) -> tuple[AbstractSymmetry, ...]:
         """The exact symmetries of the model beyond the permutations of its students (which

@@ -9,10 +9,21 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._linalg import psd_sqrt
-from ..expectations import AbstractNodes
+from ..expectations import AbstractNodes, exact_rule
 from ..units import AbstractUnit
 from ._base import AbstractModel, GramState
 from ._increment import _grid, _sub
+
+
+def exact_risk_nodes(model: AbstractModel) -> AbstractNodes | None:
+    """Gauss–Hermite nodes over the `P` fields on which the risk of a polynomial model
+    (`AbstractModel.polynomial_degree`) is exact, error estimate included; None for other
+    models, or when the rule would be too large."""
+    d = model.polynomial_degree()
+    if d is None:
+        return None
+    rule = exact_rule(model.n_rows, 2 * d)
+    return None if rule is None else rule.nodes(model.n_rows)
 
 
 def has_closed_risk(model: AbstractModel) -> bool:
@@ -23,14 +34,16 @@ def has_closed_risk(model: AbstractModel) -> bool:
 
 def model_risk(model: AbstractModel, state: GramState, nodes: AbstractNodes | None = None
                ) -> tuple[Float[Array, ""], Float[Array, ""]]:
-    """`(ε_g, its error)` at one state: exact (error 0) where `has_closed_risk`, else by
-    `nodes` over the `P` fields (standard normals, first `P` coordinates used)."""
+    """`(ε_g, its error)` at one state: exact (error 0) where `has_closed_risk`, exact on
+    [`exact_risk_nodes`][] for a polynomial model, else by `nodes` over the `P` fields
+    (standard normals, first `P` coordinates used)."""
     if has_closed_risk(model):
         ro = model.readout(state.params)
         assert ro is not None
         w = jnp.concatenate([ro.student, -ro.teacher])
         i2 = ro.unit.i2(_sub(state.gram, _grid(model.n_rows, model.n_rows)))
         return 0.5 * w @ i2 @ w, jnp.zeros((), state.gram.dtype)
+    nodes = exact_risk_nodes(model) or nodes
     if nodes is None:
         raise ValueError("this model's risk needs nodes")
     S, P = model.n_students, model.n_rows

@@ -43,6 +43,9 @@ from ._curve import time_to_risk as time_to_risk
 from ._models import model_arrays as model_arrays
 from ._models import model_field as model_field
 from ._models import model_start as model_start
+from ._models import named_start as named_start
+from ._models import init_start as init_start
+from ._models import frozen_init as frozen_init
 from ._models import risk_rule as risk_rule
 from ._models import states_risk as states_risk
 from ._models import ModelCurve as ModelCurve

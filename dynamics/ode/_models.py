@@ -18,7 +18,7 @@ from ..hooks import (curve_keys, field_of, learning_curve_of, ode_info, start_of
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
-from ..fields import MAX_GROUP, AbstractField, ExactField, ModelField
+from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
 from ..models import AbstractModel, GramState, model_risk
 from ._integrate import traced_values
 
@@ -35,7 +35,7 @@ def model_field(cfg: Config, model: AbstractModel | None = None,
     steps = traced_values(StepSizes.from_config(cfg.training))
     noise = cfg.ode.sgd_noise if sgd_noise is None else sgd_noise
     if cfg.ode.expectation == "exact":
-        return ExactField.build(traced_values(model), steps, sgd_noise=noise)
+        return exact_field(traced_values(model), steps, sgd_noise=noise)
     return ModelField.build(traced_values(model), steps,
                             backend_of(cfg) if backend is None else backend, sgd_noise=noise,
                             max_group=max_group)
@@ -66,13 +66,44 @@ def _ode_info(model: AbstractModel, cfg: Config, field: AbstractField) -> dict[s
     return {}
 
 
+def init_start(model: AbstractModel, init: Any, key: Array, dim: int) -> GramState:
+    """The start that an `[ode] init` value names: one random initialization at `dim`
+    (`"random"`), its D → ∞ limit (`"symmetric"`), or named order parameters (a table, or
+    its [`frozen_init`][] form), the rest from the D → ∞ limit."""
+    if isinstance(init, (dict, tuple)):
+        return model.with_named(model.limit_state(), dict(init))
+    if init == "symmetric":
+        return model.limit_state()
+    return model.initial_state(key, dim)
+
+
+def named_start(cfg: Config, model: AbstractModel | None = None) -> GramState | None:
+    """The start of `[ode] init` when it names order parameters (the SDE's paths and SGD's
+    seeds start there too); None for `"random"` and `"symmetric"`."""
+    if not isinstance(cfg.ode.init, dict):
+        return None
+    model = cfg.build_model() if model is None else model
+    return init_start(model, cfg.ode.init, jr.key(0), 1)
+
+
+def frozen_init(init: Any) -> Any:
+    """`[ode] init` as a hashable value (a table becomes sorted `(name, nested tuples)`)."""
+    if not isinstance(init, dict):
+        return init
+
+    def freeze(v):
+        return tuple(map(freeze, v)) if isinstance(v, (list, tuple)) else float(v)
+
+    return tuple(sorted((k, freeze(v)) for k, v in init.items()))
+
+
 def model_start(cfg: Config, model: AbstractModel | None = None,
                 key: Array | None = None, dim: int | None = None) -> GramState:
-    """The start of `[ode] init`: one random initialization at `sim.dim` (`"random"`) or its
-    D → ∞ limit (`"symmetric"`)."""
+    """The start of `[ode] init`: one random initialization at `sim.dim` (`"random"`), its
+    D → ∞ limit (`"symmetric"`), or named order parameters, the rest from that limit."""
     model = cfg.build_model() if model is None else model
-    if cfg.ode.init == "symmetric":
-        return model.limit_state()
+    if cfg.ode.init == "symmetric" or isinstance(cfg.ode.init, dict):
+        return init_start(model, cfg.ode.init, jr.key(0), 1)
     key = jr.key(cfg.sim.seed) if key is None else key
     return eqx.filter_jit(model.initial_state)(key, cfg.sim.dim if dim is None else dim)
 
@@ -130,7 +161,7 @@ class ModelCurve(eqx.Module):
     base: dict[str, Array]
     selectors: tuple = eqx.field(static=True)
     dim: int = eqx.field(static=True)
-    init: str = eqx.field(static=True)
+    init: Any = eqx.field(static=True)
 
     @classmethod
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
@@ -148,7 +179,7 @@ class ModelCurve(eqx.Module):
         return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=ts,
                    integrator=integrator, adjoint=adj,
                    key=jr.key(cfg.sim.seed), base=base, selectors=selectors,
-                   dim=int(cfg.sim.dim), init=cfg.ode.init)
+                   dim=int(cfg.sim.dim), init=frozen_init(cfg.ode.init))
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -173,8 +204,7 @@ class ModelCurve(eqx.Module):
                 value = jnp.asarray(params[k], jnp.float64)
                 field = _set(field, target, sel, value)
         model = field.model
-        start = (model.limit_state() if self.init == "symmetric"
-                 else model.initial_state(self.key, self.dim))
+        start = init_start(model, self.init, self.key, self.dim)
         return field, as_float64(start)
 
     def __call__(self, params) -> Array:

@@ -17,11 +17,12 @@ from jaxtyping import Array, Float, Key
 from ..hooks import sde_curve_of, sde_terms, start_sampler
 from .._steps import StepSizes
 from ..config import Config
-from ..expectations import AbstractExpectation, AbstractNodes
-from ..fields import AbstractField, model_nodes, sample_fields
+from ..expectations import (AUTO_MAX_SAMPLES, MIN_SAMPLES, AbstractExpectation, AbstractNodes,
+                            MonteCarlo)
+from ..fields import AbstractField, exact_backend, model_nodes, sample_fields
 from ..models import AbstractModel, GramState, sample_increment
-from ..ode import model_field, traced_values
-from ..ode._models import _get, _set
+from ..ode import model_field, named_start, traced_values
+from ..ode._models import _get, _set, as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._solve import OverlapSDE
 
@@ -41,11 +42,26 @@ class ModelDiffusion(AbstractDiffusion):
     template: GramState
     sgd_noise: bool = eqx.field(static=True, default=True)
 
+    samples: int = eqx.field(static=True, default=0)
+    """The node count of the rule the diffusion was built on (reported by `run_sde`)."""
+
     @classmethod
     def build(cls, model: AbstractModel, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True) -> ModelDiffusion:
         return cls(model=model, steps=steps, nodes=model_nodes(model, backend),
-                   template=model.limit_state(), sgd_noise=sgd_noise)
+                   template=model.limit_state(), sgd_noise=sgd_noise,
+                   samples=int(backend.samples))
+
+    def kurtosis(self, state: GramState) -> Float[Array, ""]:
+        """The largest kurtosis `E[(U − Ū)⁴]/Var(U)²` over the SDE's coordinates whose
+        increments vary at `state` (3 for Gaussian increments)."""
+        U = self.increments(state)
+        w = self.nodes.w[:, None]
+        c = U - jnp.sum(w * U, axis=0)[None, :]
+        var = jnp.sum(w * c**2, axis=0)
+        m4 = jnp.sum(w * c**4, axis=0)
+        live = var > 1e-12 * jnp.max(var)
+        return jnp.max(jnp.where(live, m4 / jnp.where(live, var, 1.0) ** 2, 0.0))
 
     @property
     def size(self) -> int:
@@ -88,21 +104,59 @@ class ModelDiffusion(AbstractDiffusion):
             float(self.steps.batch))
 
 
+PILOT_SAMPLES = 1 << 14
+"""Monte Carlo nodes of the pilot that measures the increments' kurtosis."""
+
+
+def noise_rule(model: AbstractModel, cfg: Config, steps: StepSizes) -> AbstractExpectation:
+    """The nodes of a model's diffusion when `[sde] samples_noise` is not set: for a
+    polynomial model under `[ode] expectation = "exact"`, the Gauss–Hermite rule that makes
+    the covariance of the increments exact ([`headflow.dynamics.fields.exact_backend`][]);
+    otherwise Monte Carlo nodes sized for `[sde] error_target` `τ` from the increments'
+    kurtosis `κ` measured at the start (a pilot of `PILOT_SAMPLES` nodes): the relative error
+    of a Monte Carlo variance over n nodes is `√((κ − 1)/n)` and the paths' spread goes with
+    its square root, so `n = (κ − 1)/(4τ²)` (the Gaussian `κ = 3` gives `1/(2τ²)`), rounded
+    up to a power of two."""
+    if cfg.ode.expectation == "exact":
+        exact = exact_backend(model, "diffusion")
+        if exact is not None:
+            return exact
+    start = named_start(cfg, model)
+    start = model.limit_state() if start is None else start
+    pilot = ModelDiffusion.build(model, steps, MonteCarlo(samples=PILOT_SAMPLES,
+                                                          seed=cfg.ode.seed + 1))
+    kappa = float(eqx.filter_jit(type(pilot).kurtosis)(pilot, as_float64(start)))
+    n = (max(kappa, 1.0) - 1.0) / (4.0 * cfg.sde.error_target ** 2)
+    samples = int(min(max(2 ** int(np.ceil(np.log2(max(n, 1.0)))), MIN_SAMPLES),
+                      AUTO_MAX_SAMPLES))
+    return MonteCarlo(samples=samples, seed=cfg.ode.seed)
+
+
 @sde_terms.register(AbstractModel)
 def _sde_terms(model: AbstractModel, cfg: Config, drift_backend: AbstractExpectation | None,
-               noise_backend: AbstractExpectation) -> tuple[AbstractField, ModelDiffusion]:
+               noise_backend: AbstractExpectation | None
+               ) -> tuple[AbstractField, ModelDiffusion]:
     """The drift of the model's ODE (`[ode]`: closed forms, or `drift_backend`'s nodes) with its
-    `η²` terms, and the diffusion on `noise_backend`'s nodes of all fields."""
+    `η²` terms, and the diffusion on `noise_backend`'s nodes of all fields (None: those of
+    [`noise_rule`][])."""
     drift = model_field(cfg, model, drift_backend, sgd_noise=True)
-    diffusion = ModelDiffusion.build(traced_values(model),
-                                     traced_values(StepSizes.from_config(cfg.training)),
-                                     noise_backend)
+    steps = traced_values(StepSizes.from_config(cfg.training))
+    if noise_backend is None:
+        noise_backend = noise_rule(model, cfg, steps)
+    diffusion = ModelDiffusion.build(traced_values(model), steps, noise_backend)
     return drift, diffusion
+
+
+def _fixed_start(state: GramState, key: Any, dim: Any) -> GramState:
+    del key, dim
+    return state
 
 
 @start_sampler.register(AbstractModel)
 def _start_sampler(model: AbstractModel, cfg: Config) -> Partial:
-    del cfg
+    named = named_start(cfg, model)
+    if named is not None:               # `[ode] init` names the start: every path from there
+        return Partial(_fixed_start, named)
     return Partial(type(model).initial_state, model)
 
 

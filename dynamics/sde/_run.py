@@ -112,13 +112,17 @@ def drift_samples(cfg: Config) -> int:
 def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
     """The SDE of a configuration at dimension `dim`: the model's drift with its `η²` terms on
     [`drift_samples`][] nodes of `[ode] expectation` (or its closed forms), the diffusion on
-    [`noise_samples`][] Monte Carlo nodes of all fields (both with `[ode] seed`), factored as
+    `[sde] samples_noise` Monte Carlo nodes of all fields when set, else on the model's own
+    rule (the attention model: [`noise_samples`][]; a model of the family: exact Gauss–Hermite
+    nodes for a polynomial model, else Monte Carlo nodes sized from the increments' measured
+    kurtosis, `headflow.dynamics.sde.ModelDiffusion`), both with `[ode] seed`; factored as
     `[sde] noise` says."""
     model = cfg.build_model() if model is None else model
     drift_backend = None if cfg.ode.expectation == "exact" else get_expectation(
         cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)      # closed forms: None
-    drift, diffusion = sde_terms(model, cfg, drift_backend,
-                                 MonteCarlo(samples=noise_samples(cfg), seed=cfg.ode.seed))
+    noise = (None if cfg.sde.samples_noise is None        # the model's own rule
+             else MonteCarlo(samples=int(cfg.sde.samples_noise), seed=cfg.ode.seed))
+    drift, diffusion = sde_terms(model, cfg, drift_backend, noise)
     return OverlapSDE(drift=drift, diffusion=diffusion,
                       inv_sqrt_dim=jnp.asarray(1.0 / np.sqrt(dim), jnp.float64),
                       noise=cfg.sde.noise)
@@ -244,7 +248,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,
             "drift": cfg.ode.expectation,
             **({} if exact else {"samples_drift": drift_samples(cfg)}),
-            "samples_noise": noise_samples(cfg),
+            "samples_noise": int(getattr(sde.diffusion, "samples", noise_samples(cfg))),
             "brownian_dim": sde.control_size, "seed": cfg.sde.seed,
             "first_group_s": round(compile_s, 3), "solve_s": round(run_s, 3)}
     return SDEResult(t=jnp.asarray(times), overlaps=states, risk=jnp.asarray(risk),

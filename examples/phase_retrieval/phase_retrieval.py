@@ -25,5 +25,8 @@ class PhaseRetrieval(AbstractModel):
     def target(self, params, nu):
         return nu[0] ** 2
 
+    def polynomial_degree(self):
+        return 2                      # exact Gauss–Hermite expectations
+
     def symmetries(self):
         return (SignFlip(teacher=0),)

@@ -24,7 +24,8 @@ import numpy as np
 from headflow.dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
                       check_stop, population_risk, risk_nodes)
 from headflow.dynamics.config import parse_value
-from headflow.dynamics.fields import ExactField, ModelField, model_nodes
+from headflow.dynamics.fields import (ExactField, ModelField, exact_backend, has_closed_field,
+                                      model_nodes)
 from headflow.dynamics.models.attention import key_nodes
 from headflow.dynamics.models import model_risk
 from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, initial_state, model_arrays,
@@ -263,13 +264,15 @@ def _run_model_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: in
             tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
             len(members))
         exact = c0.ode.expectation == "exact"
-        nodes = None if exact else model_nodes(model0, backend_of(c0))
+        closed = exact and has_closed_field(model0)
+        nodes = (None if closed else model_nodes(model0, exact_backend(model0) if exact
+                                                  else backend_of(c0)))
         integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
                                             **({"max_steps": max_steps} if max_steps else {}))
         ys, code, r = _solve_group(points_models, steps, starts, nodes, jnp.asarray(ts),
                                    integrator,
                                    risk_rule(c0).nodes(model0.n_rows), c0.ode.sgd_noise,
-                                   ExactField if exact else ModelField, model_risk)
+                                   ExactField if closed else ModelField, model_risk)
         check_stop()
         ys, code, r = gather((ys, code, r), len(members))
         status[members] = np.asarray(code)

@@ -10,8 +10,9 @@ from ...hooks import check_dim, sde_terms, start_sampler
 from ..._model import Model
 from ..._steps import StepSizes
 from ...config import Config
-from ...expectations import AbstractExpectation
+from ...expectations import AbstractExpectation, MonteCarlo
 from ...ode import traced_values
+from ...sde import noise_samples
 from ._diffusion import Diffusion
 from ._full import FullField
 from ._start import random_start
@@ -19,8 +20,11 @@ from ._start import random_start
 
 @sde_terms.register(Model)
 def _sde_terms(model: Model, cfg: Config, drift_backend: AbstractExpectation,
-               noise_backend: AbstractExpectation) -> tuple[FullField, Diffusion]:
-    """Drift `FullField` (η² terms kept) and the diffusion of all fields."""
+               noise_backend: AbstractExpectation | None) -> tuple[FullField, Diffusion]:
+    """Drift `FullField` (η² terms kept) and the diffusion of all fields (on `noise_backend`,
+    default [`headflow.dynamics.sde.noise_samples`][] Monte Carlo nodes)."""
+    if noise_backend is None:
+        noise_backend = MonteCarlo(samples=noise_samples(cfg), seed=cfg.ode.seed)
     mt = traced_values(model)
     steps = traced_values(StepSizes.from_config(cfg.training))
     return (FullField.build(mt, steps, drift_backend, sgd_noise=True),
