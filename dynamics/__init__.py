@@ -1,4 +1,7 @@
-"""The single-location model: definitions shared by theory and simulation, and its ODEs.
+"""The theory of online SGD for models of Gaussian local fields: the models (the family of
+[`headflow.dynamics.models`][], the attention model of the single-location setting), their
+fields and expectation backends, the ODE and SDE of their order parameters, the symbolic
+derivation and the analyses; everything shared by theory and simulation.
 
 headflow computes in float64 where accuracy matters (the ODEs, overlaps, reference checks) and
 asks for float32 explicitly where it is meant (the weight-space simulator's default). JAX's

@@ -73,10 +73,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="headflow", description="Learning dynamics of attention heads in the "
-                     "single-location model (arXiv 2603.03993): order-parameter ODEs against "
-                     "online SGD; and attention-normalization bounds checked on GPT-2 (arXiv "
-                     "2508.17821). Every command takes --help; configuration keys are "
+    parser = _Parser(prog="headflow", description="Order-parameter theory of online SGD (ODE, "
+                     "SDE, exact overlap-space SGD) against finite-D SGD, for the attention "
+                     "model of arXiv 2603.03993, the committee machine and models of your own "
+                     "(headflow models); and attention-normalization bounds checked on GPT-2 "
+                     "(arXiv 2508.17821). Every command takes --help; configuration keys are "
                      "documented in the README.")
     parser.add_argument("--no-cache", action="store_true",
                         help="do not use the cache of compiled programs and generated code "

@@ -25,6 +25,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, Scalar
 from .._errors import ConfigError, HeadflowError
 from .._layout import Layout
 from .._registry import Registry
+from ..measures import best_alignment, head_spread
 from ..units import AbstractUnit
 from ._loading import load_code_model, load_plugin, plugin_entry_points, split_kind
 from ._params import (Rows, config_key, from_tables, model_table, params_of,
@@ -295,8 +296,6 @@ class AbstractModel(eqx.Module):
         alignment with its best teacher, `max_n |R_n|/√(Q T_nn)`
         ([`headflow.dynamics.measures.best_alignment`][]; `T`, the teachers' Gram matrix, read
         from `named["T"]` when the view has it, else `|w*_n|²/D = 1`)."""
-        from ..measures import best_alignment, head_spread
-
         a, g = self.layout.alignment
         if self.n_students >= 2:
             return head_spread(named[a], named[g])
