@@ -151,9 +151,6 @@ def bench_loop(tokens: np.ndarray) -> None:
         f"\n[2] experiments 1–4 vectorized vs a direct per-head, per-row, per-N loop  (one layer, "
         f"12 heads, L = {length}; load {_load()})"
     )
-    from headflow.validation.gpt2._experiments import (_critical_chunk, _distance_chunk,
-                                                       _separability_chunk)
-
     model = g.init_gpt2(g.GPT2Config(), jr.key(0))
     out = g.extract(model, jnp.asarray(tokens[0, :length]), ("v", "attn"))
     alpha, x = out.attn[5], out.v[5]
@@ -168,15 +165,15 @@ def bench_loop(tokens: np.ndarray) -> None:
     mc = jax.vmap(lambda k: g.random_ranks(k, ctx, length))(jr.split(jr.key(1), cfg.mc_samples))
     fns = [
         jax.jit(
-            lambda a, x, o, r, m: _distance_chunk(
+            lambda a, x, o, r, m: g.distance_chunk(
                 a, x, r, o[..., :100], m, ctx, ns=dist_ns, reading="sum", rtol=1e-4, bounded=True
             )
         ),
         jax.jit(
-            lambda a, x, o, r, m: _critical_chunk(a, x, r, m[0], ctx, grid=grid, reading="sum")
+            lambda a, x, o, r, m: g.critical_chunk(a, x, r, m[0], ctx, grid=grid, reading="sum")
         ),
         jax.jit(
-            lambda a, x, o, r, m: _separability_chunk(
+            lambda a, x, o, r, m: g.separability_chunk(
                 a, x, o[..., :64], r, ctx, ns=sep_ns, radius=1.0, rtol=1e-4, bounded=True
             )
         ),

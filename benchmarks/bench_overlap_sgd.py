@@ -1,9 +1,9 @@
 """Benchmark: online SGD simulated in overlap space
-(`headflow.sims.attention._chain.simulate_overlaps`) against the weight-space simulator
+(`headflow.sims.attention.simulate_overlaps`) against the weight-space simulator
 (`headflow.sims.attention.simulate`), and the full-size equivalence check.
 
     python benchmarks/bench_overlap_sgd.py [--seeds 16] [--weight-dims 1000,10000,100000]
-        [--overlap-dims 1000,10000,100000,1000000] [--repeats 3] [--variants]
+        [--overlap-dims 1000,10000,100000,1000000] [--repeats 3]
     python benchmarks/bench_overlap_sgd.py --equivalence [--eq-seeds 64] [--eq-dims 500,2000]
 
 Cost (default mode). Setting: `validation/configs/demo.toml` (Bayes-softmax, L = 4, H = 2,
@@ -16,11 +16,10 @@ fastest of `--repeats` tries). Then the ratios weight-space/chain at each D and 
 chain's cost across D. Targets (issue 16): the chain flat within 20% across D, and at least
 30× cheaper than the weight-space simulator at D = 10⁵.
 
-`--variants`: other formulations of the chain's step on the same harness (64 seeds, D = 1000):
-random numbers drawn per block of 1 to 128 steps; LAPACK's batched Cholesky instead of the
-unrolled one; `jax.random.gamma` instead of the chain's Marsaglia–Tsang χ²; a Cholesky factor
-carried along and modified by rank-one updates and downdates instead of refactored each step;
-and, for the tiny products, `einsum` against broadcast sums.
+The formulations of the chain's step (random numbers drawn per block of steps, an unrolled
+Cholesky, the Marsaglia–Tsang χ² sampler, refactoring each step) were chosen by timing
+alternatives to its private step (docs/overlap-sgd.md); those figures are not recorded in
+benchmarks/RESULTS.md, which holds this benchmark's default-mode results.
 
 `--equivalence`: the done-when check of issue 16. For `validation/configs/escape.toml` (an
 escape at t ≈ 2.5–4.5) and `validation/configs/demo.toml` (escape at t ≈ 20–30), at each D of
@@ -48,11 +47,10 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import jax.numpy as jnp  # noqa: E402
-import jax.random as jr  # noqa: E402
 import scipy.stats as st  # noqa: E402
 
 from headflow import sims  # noqa: E402
-import headflow.sims.attention._chain as oc  # noqa: E402
+from headflow.sims.attention import simulate_overlaps  # noqa: E402
 from headflow.dynamics import Overlaps, StepSizes, load_config  # noqa: E402
 
 CONFIGS = ROOT / "validation" / "configs"
@@ -118,13 +116,13 @@ def cost_table(args) -> None:
     print(f"jax {jax.__version__} on {jax.devices()[0].platform} x{jax.device_count()}, "
           f"{os.cpu_count()} CPUs; demo.toml: {model.activation.name}, L={model.L}, "
           f"H={model.H}, F={model.F}, batch={hp.batch}; {S} seeds; weight space "
-          f"{cfg.sim.dtype}, chain float64 (block {oc.simulate_overlaps.__kwdefaults__['block']})",
+          f"{cfg.sim.dtype}, chain float64 (block {simulate_overlaps.__kwdefaults__['block']})",
           flush=True)
     us = 1e6
 
     def chain(D, n):
-        return oc.simulate_overlaps(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
-                                    init_std=std).q
+        return simulate_overlaps(model, hp, dim=D, seeds=seeds, times=[0.0, n / D],
+                                 init_std=std).q
 
     rows = {D: {} for D in sorted(set(args.overlap_dims) | set(args.weight_dims))}
     for D, r in chain_costs(chain, sorted(args.overlap_dims), args.chain_steps // 5,
@@ -159,151 +157,6 @@ def cost_table(args) -> None:
               f"target >= 30x: {'met' if min(r) >= 30 else 'MISSED'}")
 
 
-# -- variants of the step --------------------------------------------------------------------------
-
-def _lapack_factor(omega):
-    C = jnp.linalg.cholesky(omega)
-    ok = jnp.all(jnp.isfinite(C))
-    d = jnp.diagonal(C) ** 2 / jnp.diagonal(omega)
-    return jnp.where(ok, C, 0.0), ok, jnp.where(ok, jnp.min(d), jnp.nan)
-
-
-def _gamma_chi_square(key, df):
-    return 2.0 * jr.gamma(key, 0.5 * df, dtype=jnp.float64)
-
-
-class _Patched:
-    """Replace module attributes of `headflow.sims.attention._chain` for the code traced inside."""
-
-    def __init__(self, **attrs):
-        self.attrs, self.saved = attrs, {}
-
-    def __enter__(self):
-        for k, v in self.attrs.items():
-            self.saved[k] = getattr(oc, k)
-            setattr(oc, k, v)
-
-    def __exit__(self, *exc):
-        for k, v in self.saved.items():
-            setattr(oc, k, v)
-
-
-def _rank_one(C, x, sign):
-    """`C' C'ᵀ = C Cᵀ + sign·x xᵀ` for lower-triangular C (LINPACK-style, unrolled)."""
-    N = C.shape[-1]
-    rows = jnp.arange(N)
-    cols = [C[:, k] for k in range(N)]
-    for k in range(N):
-        ck, xk = cols[k][k], x[k]
-        r = jnp.sqrt(ck**2 + sign * xk**2)
-        cos, sin = r / ck, xk / ck
-        below = rows > k
-        new = jnp.where(below, (cols[k] + sign * sin * x) / cos, jnp.where(rows == k, r, 0.0))
-        x = jnp.where(below, cos * x - sin * new, x)
-        cols[k] = new
-    return jnp.stack(cols, axis=1)
-
-
-def _update_step(model, hp, D, state, draws, step):
-    """The chain's step with a carried Cholesky factor `C` (state `(C, b)`) modified by 3·B·L
-    rank-one updates/downdates: `Ω' = Dg Ω Dg + (η/2D) Σ_ℓ [(G_ℓ − λ'_ℓ)(…)ᵀ − (G_ℓ + λ'_ℓ)(…)ᵀ]
-    + (η/D)² Σ_k (Gᵀ R)_k (Gᵀ R)_kᵀ` with `λ' = Dg λ` and `x·x' = R Rᵀ`."""
-    C, b = state
-    L, s, F = model.L, oc.n_students(model), model.F
-    B, _, N = draws.c.shape
-    signal = (jnp.arange(L)[None, :] == draws.eps[:, None]).astype(jnp.float64)
-    shift = jnp.sum(draws.theta[:, :, None] * C[None, s:s + F, :], axis=1)
-    c = draws.c + signal[:, :, None] * shift[:, None, :]
-    lam = jnp.sum(c[:, :, None, :] * C[None, None, :, :], axis=-1)
-    y = jnp.sum(signal * lam[..., s + F], axis=-1) + model.noise * draws.xi
-    chi, z, _ = oc._fields(model, lam)
-
-    def batch_loss(chi, z, b):
-        return jnp.mean(jax.vmap(model.loss, in_axes=(0, 0, None, 0))(chi, z, b, y))
-
-    g_chi, g_z, g_b = jax.grad(batch_loss, argnums=(0, 1, 2))(chi, z, b)
-    G = jnp.concatenate([jnp.swapaxes(g_chi, -1, -2), jnp.swapaxes(g_z, -1, -2),
-                         jnp.zeros((B, L, N - s))], axis=-1).reshape(B * L, N)
-    lam = lam.reshape(B * L, N)
-    lr, Df = hp.lr, jnp.asarray(D, jnp.float64)
-    dg = jnp.where(jnp.arange(N) < s, 1.0 - lr * hp.weight_decay / Df, 1.0)
-    C = C * dg[:, None]
-    cf, T = c.reshape(B * L, N), draws.T
-    R, _, _ = oc.psd_factor(jnp.sum(cf[:, None, :] * cf[None, :, :], axis=-1)
-                            + jnp.sum(T[:, None, :] * T[None, :, :], axis=-1))
-    GR = jnp.sum(G[:, :, None] * R[:, None, :], axis=0) * (lr / Df)      # (N, BL)
-    half = jnp.sqrt(lr / (2 * Df))
-    for i in range(B * L):
-        C = _rank_one(C, half * (G[i] - dg * lam[i]), 1.0)
-        C = _rank_one(C, GR[:, i], 1.0)
-    for i in range(B * L):
-        C = _rank_one(C, half * (G[i] + dg * lam[i]), -1.0)
-    return C, b - hp.lr_bias / Df * g_b
-
-
-def variants(args) -> None:
-    cfg, model, hp = _setup()
-    hp = oc.as_float64(hp)
-    D, S, n1, n2 = 1000, 64, 2048, 10240          # multiples of every block size below
-    block = oc.simulate_overlaps.__kwdefaults__["block"]
-    keys = jr.split(jr.key(0), S)
-    omega, b = jax.vmap(lambda k: oc.initial_gram(model, k, D, key_std=0.1, value_std=0.1,
-                                                  bias=0.0))(keys)
-    states = jax.vmap(oc.ChainState.start)(omega, b)
-
-    def chain_runner(block):
-        @jax.jit
-        def run(states, keys, n):
-            return jax.vmap(lambda st, k: oc.advance(model, hp, D, st, k, 0, n, block=block))(
-                states, keys)
-        return lambda n: run(states, keys, n).omega
-
-    def update_runner(block):
-        @jax.jit
-        def run(C, b, keys, n):
-            def one(C, b, key):
-                def blk(j, cb):
-                    draws = oc.draw_steps(model, hp, D, jr.fold_in(key, j), block)
-                    return jax.lax.fori_loop(
-                        0, block, lambda o, cb: _update_step(
-                            model, hp, D, cb, jax.tree.map(lambda x: x[o], draws), o), cb)
-                return jax.lax.fori_loop(0, n // block, blk, (C, b))
-            return jax.vmap(one)(C, b, keys)
-        C0 = jax.vmap(lambda o: oc.psd_factor(o)[0])(omega)
-        return lambda n: run(C0, b, keys, n)[0]
-
-    print(f"variants: demo.toml, D={D}, {S} seeds vmapped, steps {n1}..{n2}; per step and seed")
-    cases = [(f"chain, block {k:3d}", lambda k=k: chain_runner(k), {})
-             for k in (1, 4, 16, 32, 64, 128)]
-    cases += [(f"LAPACK cholesky (block {block})", lambda: chain_runner(block),
-               dict(psd_factor=_lapack_factor)),
-              (f"jax.random.gamma χ² (block {block})", lambda: chain_runner(block),
-               dict(chi_square=_gamma_chi_square)),
-              (f"rank-one updates of C (block {block})", lambda: update_runner(block), {})]
-    for name, make, patch in cases:
-        with _Patched(**patch):
-            r = measure(make(), n1, n2, args.repeats)
-        per = r["per_step"] / S * 1e6
-        print(f"  {name:34s} {per[0]:8.3f} us wall {per[1]:8.3f} us cpu | compile "
-              f"{r['compile'][1]:5.2f} s cpu", flush=True)
-
-    # tiny products under vmap: λ = C c as einsum against a broadcast sum
-    c = jr.normal(jr.key(1), (S, 16, 1, model.L, omega.shape[-1]))
-    Cs = jax.vmap(lambda o: oc.psd_factor(o)[0])(omega)
-    forms = {"einsum": lambda C, c: jnp.einsum("ij,blj->bli", C, c),
-             "broadcast": lambda C, c: jnp.sum(c[:, :, None, :] * C[None, None], axis=-1)}
-    for name, f in forms.items():
-        @jax.jit
-        def run(Cs, c, n, f=f):
-            def one(C, c):
-                return jax.lax.fori_loop(0, n, lambda k, C: C + 1e-12 * f(C, c[k % 16])[0, :1, :]
-                                         * jnp.ones_like(C), C)
-            return jax.vmap(one)(Cs, c)
-        r = measure(lambda n, run=run: run(Cs, c, n), n1, n2, args.repeats)
-        per = r["per_step"] / S * 1e6
-        print(f"  λ = C c as {name:10s}            {per[0]:8.3f} us wall {per[1]:8.3f} us cpu")
-
-
 # -- equivalence in law ----------------------------------------------------------------------------
 
 def _entries(model, ov: Overlaps, risk) -> dict[str, np.ndarray]:
@@ -330,8 +183,8 @@ def equivalence(args) -> None:
             std = (tr.init_key_std, tr.init_value_std, tr.init_bias)
             times = tr.t_max * np.arange(1, 6) / 5
             c = _Clock()
-            ov = oc.simulate_overlaps(model, hp, dim=D, seeds=range(S), times=times,
-                                      init_std=std)
+            ov = simulate_overlaps(model, hp, dim=D, seeds=range(S), times=times,
+                                   init_std=std)
             jax.block_until_ready(ov)
             t_chain = c.stop()
             c = _Clock()
@@ -385,7 +238,6 @@ def main(argv=None):
     ap.add_argument("--weight-work", type=float, default=5e6,
                     help="weight-space steps times D per timing (default 5e6)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--variants", action="store_true")
     ap.add_argument("--equivalence", action="store_true")
     ap.add_argument("--eq-seeds", type=int, default=64)
     ap.add_argument("--eq-dims", type=ints, default=[500, 2000])
@@ -393,8 +245,6 @@ def main(argv=None):
     t0 = time.perf_counter()
     if args.equivalence:
         equivalence(args)
-    elif args.variants:
-        variants(args)
     else:
         cost_table(args)
     print(f"benchmark wall time {time.perf_counter() - t0:.1f} s; load average "

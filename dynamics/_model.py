@@ -11,13 +11,15 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
+from ._errors import HeadflowError
 from ._layout import ATTENTION, Layout
+from ._overlaps import Overlaps
+from ._value_moments import SIGNAL as SIGNAL
+from ._value_moments import ValueMoments as ValueMoments
 from .activations import AbstractActivation
+from .measures import head_spread
 from .priors import AbstractPrior
 
-SIGNAL = 0
-"""Index of the token carrying the signal in every expectation (nothing depends on position,
-so the hidden location is fixed to the first token there; the simulator draws it uniformly)."""
 
 
 class Model(eqx.Module):
@@ -48,8 +50,6 @@ class Model(eqx.Module):
         """The observable whose crossing of the escape threshold is the escape (as for the
         family, `headflow.dynamics.models.AbstractModel.escape_observable`): the head spread
         of `m`, `q` ([`headflow.dynamics.measures.head_spread`][]; batch axes kept)."""
-        from .measures import head_spread
-
         return head_spread(named["m"], named["q"])
 
     def named(self, ov) -> dict:
@@ -59,9 +59,6 @@ class Model(eqx.Module):
 
     def check_state(self, ov, *, what: str = "initial overlaps") -> None:
         """One-line errors for an unusable state: wrong shapes, non-PSD overlaps."""
-        from ._errors import HeadflowError
-        from ._overlaps import Overlaps
-
         if not isinstance(ov, Overlaps):
             raise HeadflowError(f"{what}: the attention model's state is an Overlaps, not a "
                                 f"{type(ov).__name__}")
@@ -109,13 +106,3 @@ class Model(eqx.Module):
         quad = jnp.sum(A[:, None, :] * vm.szz[:, :, None] * A[None, :, :])
         var = quad - 2.0 * jnp.sum(A[:, SIGNAL] * vm.szy) + vm.syy
         return mean**2 + var + self.noise**2
-
-
-class ValueMoments(eqx.Module):
-    """Conditional moments of the value fields given the key fields (one sample)."""
-
-    mz: Float[Array, "heads tokens"]
-    my: Scalar
-    szz: Float[Array, "heads heads"]
-    szy: Float[Array, " heads"]
-    syy: Scalar

@@ -17,7 +17,7 @@ from jaxtyping import Array, Float
 from ._errors import HeadflowError
 from ._layout import ATTENTION
 from ._linalg import psd_part, psd_pinv_sqrt, psd_sqrt
-from ._model import SIGNAL, ValueMoments
+from ._value_moments import SIGNAL, ValueMoments
 
 ORDER_PARAMETERS = ATTENTION.names
 """The order parameters on the invariant manifold: `m, q, n, s, b`."""

@@ -9,6 +9,7 @@ from jaxtyping import Array, Float, PRNGKeyArray
 
 from ._overlaps import Overlaps
 from ._teacher import Teacher
+from ._linalg import psd_sqrt
 
 
 class Weights(eqx.Module):
@@ -52,7 +53,6 @@ def weights_from_overlaps(key: PRNGKeyArray, ov: Overlaps, teacher: Teacher, rho
     round-off): the teacher part is fixed by `m, n` and the cross overlaps, the rest is a random
     orthonormal complement (the direction "start the simulation from weights built to have given
     overlaps", `docs/ode.md#theory-versus-simulation`). Needs `D ≥ 3H + F + 1`."""
-    from ._linalg import psd_sqrt
 
     H, _F, D = ov.H, ov.F, teacher.D
     T = teacher.rows().astype(jnp.float64)                     # (F+1, D)

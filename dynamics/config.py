@@ -27,6 +27,7 @@ from .activations import activation_class, get_activation
 from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
 from .models import model_class, resolve_kind
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
+from .fields import has_exact_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,12 +330,12 @@ class Config:
 
     def _check_model(self) -> None:
         """The checks of a model of the family (not the attention model)."""
-        from .fields import has_exact_field
 
         if self.prior != PriorSection():
             raise ConfigError(f"[prior] is not used by model.kind = {self.model_kind!r} "
                               "(it describes the attention model's latent directions)")
         model = self.build_model()
+        model.check()
         if self.ode.expectation == "exact" and not has_exact_field(model):
             raise ConfigError(f"ode.expectation = 'exact': model.kind = {self.model_kind!r}"
                               + (f" with model.activation = {self.model.activation!r}"
@@ -439,7 +440,6 @@ class Config:
             if name == "model" and self.model_kind == "attention":
                 del out[name]["kind"]       # the default kind, kept out of attention configs
         if self.model_kind != "attention":
-            from .fields import has_exact_field
 
             if self.ode.expectation == ("exact" if has_exact_field(self.build_model())
                                         else "qmc"):
@@ -481,13 +481,14 @@ class Config:
 def _default_expectation(classes: dict[str, Any], data: dict[str, Any]) -> str:
     """`[ode] expectation` when the config does not say: `"exact"` for a model with
     closed-form Gaussian integrals, else `"qmc"`."""
-    from .fields import has_exact_field
 
     model = _make_section("model", classes["model"], data.get("model", {}))
     training = _make_section("training", classes["training"], data.get("training", {}))
     model.validate()
     training.validate()
-    return "exact" if has_exact_field(model_build(model, training)) else "qmc"
+    built = model_build(model, training)
+    built.check()
+    return "exact" if has_exact_field(built) else "qmc"
 
 
 def model_build(model: Any, training: Any) -> Any:

@@ -29,6 +29,8 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from headflow.dynamics import ConfigError, StepSizes, load_config
 from headflow.dynamics.expectations import MonteCarlo, Quadrature, QuasiMonteCarlo
@@ -332,3 +334,91 @@ def test_tutorial_shows_the_example_file():
     toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
     config = [x.split("#")[0].strip() for x in (EXAMPLE / "run.toml").read_text().splitlines()]
     assert [x.split("#")[0].strip() for x in toml.splitlines()] == [x for x in config[1:]]
+
+
+# -- the fuzzer: broken model files and bad keys, each one line and exit 2 ----------------------
+
+HEADER = ("from typing import ClassVar\nimport jax.numpy as jnp\n"
+          "from headflow.dynamics.models import AbstractModel, Rows, SignFlip, param\n")
+BODY = {
+    "kind": "    kind: ClassVar[str] = 'fuzz'\n",
+    "rows": "    rows: ClassVar[Rows] = Rows(students=1, teachers=1)\n",
+    "noise": "    noise: float = param(0.0, ge=0)\n",
+    "predict": "    def predict(self, params, lam):\n        return lam[0] ** 2\n",
+    "target": "    def target(self, params, nu):\n        return nu[0] ** 2\n",
+    "degree": "    def polynomial_degree(self):\n        return 2\n",
+    "flip": "    def symmetries(self):\n        return (SignFlip(teacher=0),)\n",
+}
+SPOILED = {
+    "rows": ["    rows: ClassVar[Rows] = Rows(students=0, teachers=1)\n",
+             "    rows: ClassVar[Rows] = Rows(students='width', teachers=1)\n",
+             "    rows: ClassVar[Rows] = Rows(students=1, teachers=1, student_std=-1.0)\n"],
+    "noise": ["    noise: float = param()\n", "    noise: float = param(object())\n",
+              "    noise: float = param(0.0, ge=1)\n"],
+    "predict": ["    def predict(self, params, lam):\n        return lam ** 2\n",
+                "    def predict(self, params, lam):\n        return lam[3]\n",
+                "    def predict(self, params, lam):\n        return params['v'] * lam[0]\n",
+                "    def predict(self, params, lam):\n        return 'x'\n"],
+    "target": ["    def target(self, params, nu):\n        return nu @ jnp.ones(5)\n",
+               "    def target(self, params, nu):\n        raise RuntimeError('no')\n"],
+    "degree": ["    def polynomial_degree(self):\n        return -3\n",
+               "    def polynomial_degree(self):\n        return 'two'\n"],
+    "flip": ["    def symmetries(self):\n        return (SignFlip(teacher=4),)\n",
+             "    def symmetries(self):\n        return (SignFlip(),)\n"],
+}
+CONFIG_SETS = ["model.noise=-1", "model.noise=\"a\"", "model.width=2", "training.lr=-1",
+               "training.lr_params=1", "training.batch=0", "ode.init={R=[[5.0]]}",
+               "ode.init={Q=[[1.0, 0.0]]}", "ode.init={v=1}", "ode.init=\"sideways\"",
+               "ode.expectation=\"exact\"", "ode.samples=3", "sim.dim=2"]
+
+
+@st.composite
+def model_cases(draw):
+    """One defect at most: a part removed or spoiled, bad keys, or a bad kind."""
+    parts, sets, kind = dict(BODY), [], "m.py:Fuzz"
+    defect = draw(st.sampled_from(["none", "remove", "spoil", "spoil", "keys", "kind"]))
+    if defect == "remove":
+        del parts[draw(st.sampled_from(sorted(parts)))]
+    elif defect == "spoil":
+        key = draw(st.sampled_from(sorted(SPOILED)))
+        parts[key] = draw(st.sampled_from(SPOILED[key]))
+    elif defect == "keys":
+        sets = draw(st.lists(st.sampled_from(CONFIG_SETS), min_size=1, max_size=2))
+    elif defect == "kind":
+        kind = draw(st.sampled_from(["m.py:Nope", "m.py", "x.py:Fuzz", ":Fuzz", "m.py:1Fuzz"]))
+    check = draw(st.integers(0, 2)) > 0       # one case in three computes (tiny sizes)
+    return (HEADER + "class Fuzz(AbstractModel):\n" + "".join(parts.values()), sets, kind,
+            check)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(case=model_cases())
+def test_fuzzed_model_files(tmp_path_factory, capsys, case):
+    """A model file with parts missing or spoiled, named by a good or bad kind, with good or bad
+    keys: `headflow ode` (mostly with `--check`) either runs it (exit 0) or says why in one line
+    (exit 2), never with a traceback, and then leaves no output folder behind."""
+    from headflow.validation.cli import main
+
+    source, sets, kind, check = case
+    root = tmp_path_factory.mktemp("model")
+    (root / "m.py").write_text(source)
+    (root / "c.toml").write_text(f'[model]\nkind = "{kind}"\n[training]\nlr = 0.1\n'
+                                 't_max = 0.05\n[output]\nn_save = 2\n')
+    argv = ["ode", str(root / "c.toml"), "--out", str(root / "deep" / "out"),
+            *(["--check"] if check else [])]
+    for item in sets:
+        argv += ["--set", item]
+    try:
+        code = main(argv)
+    except SystemExit as ex:
+        code = ex.code
+    captured = capsys.readouterr()
+    assert code in (0, 2), (source, sets, kind, captured.err[-2000:])
+    assert "Traceback" not in captured.err, (source, captured.err[-2000:])
+    if code == 2:
+        lines = captured.err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("headflow: error: "), lines
+        assert not (root / "deep").exists()
+    else:
+        assert check or (root / "deep" / "out" / "ode.npz").is_file()

@@ -243,8 +243,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit_json(summary)
     return 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    from ._entry import entry
-
-    entry()

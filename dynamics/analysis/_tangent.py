@@ -19,6 +19,7 @@ from ..ode import Integrator, solve
 from ._modes import HeadModes
 from ._symmetric import flatten, unflatten
 from ._units import UnitModes
+from ..models._base import AbstractModel
 
 TANGENT_INTEGRATOR = Integrator.adaptive("tsit5", rtol=1e-7, atol=1e-9, max_steps=20000,
                                          blowup=None)
@@ -113,7 +114,6 @@ class _TangentLinear(eqx.Module):
 def default_modes(model: Any) -> Any:
     """The perturbation bases of `model`: [`HeadModes`][] for the attention model,
     [`UnitModes`][] for a model of the family (`GramState`)."""
-    from ..models._base import AbstractModel
 
     if isinstance(model, AbstractModel):
         return UnitModes.build(model)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
@@ -315,6 +316,52 @@ class AbstractModel(eqx.Module):
     def initial_state(self, key: PRNGKeyArray, dim: int) -> GramState:
         """The order parameters of one random initialization at `dim` (exact finite-D law)."""
         return self.init_weights(key, dim, jnp.float64).state()
+
+    def check(self) -> None:
+        """One-line [`ConfigError`][]s for a model whose declarations do not fit together:
+        `rows` naming no field or giving no student or no teacher, a start that is not a Gram
+        matrix, degrees that are not integers, symmetries that are not [`SignFlip`][]s of its
+        rows, or `predict`, `target` or `loss` that fail on fields of the declared sizes or do
+        not return a scalar (checked by shape, without computing)."""
+        name = type(self).__name__
+
+        def user(what: str, call: Any) -> Any:
+            try:
+                return call()
+            except ConfigError:
+                raise
+            except Exception as err:                # noqa: BLE001 - the user's code: one line
+                raise ConfigError(f"model {name}: {what} fails: {type(err).__name__}: "
+                                  f"{err}".replace("\n", " ")) from None
+
+        S, T = user("rows", lambda: (self.n_students, self.n_teachers))
+        if S < 1 or T < 1:
+            raise ConfigError(f"model {name}: rows declare {S} student and {T} teacher rows; "
+                              "both must be at least 1")
+        start = user("limit_state", self.limit_state)
+        self.check_state(start, what=f"model {name}: its D → ∞ start")
+        for what in ("polynomial_degree", "loss_degree"):
+            d = user(what, getattr(self, what))
+            if d is not None and (not isinstance(d, int) or isinstance(d, bool) or d < 0):
+                raise ConfigError(f"model {name}: {what}() must be None or an integer >= 0, "
+                                  f"got {d!r}")
+        for s in user("symmetries", lambda: tuple(self.symmetries())):
+            if not isinstance(s, AbstractSymmetry):
+                raise ConfigError(f"model {name}: symmetries() must return SignFlip objects, "
+                                  f"got {type(s).__name__}")
+            user("symmetries", lambda s=s: s.row_signs(S, T))
+        params = start.params
+        calls = {"predict": lambda: self.predict(params, jnp.zeros(S)),
+                 "target": lambda: self.target(params, jnp.zeros(T)),
+                 "loss": lambda: self.loss(params, jnp.zeros(S), jnp.zeros(()))}
+        for what, call in calls.items():
+            out = user(f"{what} on {S} student and {T} teacher fields",
+                       lambda call=call: jax.eval_shape(call))
+            shape = getattr(out, "shape", None)
+            if shape != ():
+                got = (f"shape {tuple(shape)}" if shape is not None
+                       else f"a {type(out).__name__}")
+                raise ConfigError(f"model {name}: {what} must return a scalar, got {got}")
 
     def check_state(self, state: Any, *, what: str = "initial state",
                     tol: float = 1e-9) -> None:

@@ -22,6 +22,7 @@ import equinox as eqx
 import numpy as np
 
 from .._errors import ConfigError
+from .._schedule import Schedule
 
 _MISSING = object()
 
@@ -139,7 +140,13 @@ class Rows:
 
     @staticmethod
     def value(model: Any, v: Any) -> Any:
-        return getattr(model, v) if isinstance(v, str) else v
+        """`v`, or the model's field `v` when it is a name."""
+        if not isinstance(v, str):
+            return v
+        if not hasattr(model, v):
+            raise ConfigError(f"model {type(model).__name__}: rows name the field {v!r}, "
+                              "which the model does not declare")
+        return getattr(model, v)
 
 
 # -- the config tables, derived once per model class -------------------------------------------
@@ -204,7 +211,6 @@ class _TrainingBase(_Section):
         if not self.t_max > 0:
             raise ConfigError(f"training.t_max = {self.t_max}: must be > 0")
         if self.lr_schedule is not None:
-            from .._schedule import Schedule
 
             Schedule.from_table("training.lr_schedule", self.lr_schedule)
 

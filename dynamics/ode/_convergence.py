@@ -23,6 +23,7 @@ import numpy as np
 
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES
+from ._backend import AUTO_FALLBACK
 
 NODE_FACTOR = 4
 """The rerun of a final segment uses this many times the run's nodes."""
@@ -35,8 +36,6 @@ t_0)`: the last half of the run (for the chunked fixed-point search, its last ch
 def node_count(cfg: Config) -> int | None:
     """The nodes of `[ode]` (`"auto"` as [`headflow.dynamics.ode.backend_of`][] resolves it without
     a pilot); None where `expectation = "exact"` (closed forms: no nodes to refine)."""
-    from ._run import AUTO_FALLBACK
-
     if cfg.ode.expectation == "exact":
         return None
     return AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)

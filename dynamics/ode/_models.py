@@ -20,7 +20,12 @@ from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
 from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
 from ..models import AbstractModel, GramState, model_risk
+from ._backend import backend_of
 from ._integrate import traced_values
+from .._errors import ConfigError
+from .._errors import require_x64
+from ._curve import curve_solver
+from ._integrate import solve
 
 
 def model_field(cfg: Config, model: AbstractModel | None = None,
@@ -29,8 +34,6 @@ def model_field(cfg: Config, model: AbstractModel | None = None,
     """The drift of a model's config: closed forms (`ode.expectation = "exact"`) or the
     autodiff field on `backend`'s nodes (default: those of `[ode]`); the `η²` terms as
     `sgd_noise` says (default `[ode] sgd_noise`)."""
-    from ._run import backend_of
-
     model = cfg.build_model() if model is None else model
     steps = traced_values(StepSizes.from_config(cfg.training))
     noise = cfg.ode.sgd_noise if sgd_noise is None else sgd_noise
@@ -166,8 +169,6 @@ class ModelCurve(eqx.Module):
     @classmethod
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
                     checkpoints: int | None = 4096, times=None) -> ModelCurve:
-        from .._errors import require_x64
-        from ._curve import curve_solver
 
         require_x64("the differentiable learning curve")
         model = cfg.build_model()
@@ -192,7 +193,6 @@ class ModelCurve(eqx.Module):
 
     def field_and_start(self, params) -> tuple[AbstractField, GramState]:
         """The vector field and the start with `params` substituted."""
-        from .._errors import ConfigError
 
         unknown = sorted(set(params) - set(self.base))
         if unknown:
@@ -211,7 +211,6 @@ class ModelCurve(eqx.Module):
         """`ε_g` at `ts`; NaN everywhere when the solve failed."""
         import diffrax as dfx
 
-        from ._integrate import solve
 
         field, start = self.field_and_start(params)
         sol = solve(dfx.ODETerm(field), start, self.ts, self.integrator, adjoint=self.adjoint)

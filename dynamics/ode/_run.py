@@ -17,8 +17,10 @@ from .._errors import HeadflowError
 from .._steps import StepSizes
 from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
-from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation, get_expectation
+from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation
 from ..fields import MAX_GROUP, AbstractField
+from ._backend import AUTO_FALLBACK as AUTO_FALLBACK
+from ._backend import backend_of as backend_of
 from ._convergence import NODE_FACTOR, _as_array, node_change
 from ._integrate import Integrator, integrate
 from ._models import as_float64, model_arrays
@@ -50,9 +52,6 @@ class ODEResult(eqx.Module):
 AUTO_PILOT = 2048
 """Nodes of the pilot run that sizes `[ode] samples = "auto"`."""
 
-AUTO_FALLBACK = 16384
-"""`samples = "auto"` where no pilot run is made (sweeps, stability analysis)
-(`docs/ode.md#expectation-backends`)."""
 
 
 QUANTITY_REPLICATES = 5
@@ -62,12 +61,6 @@ QUANTITY_REPLICATES = 5
 
 CONVERGENCE_RATE = {"mc": 0.5, "qmc": 0.7}
 """Error `∝ n^{-rate}` assumed when sizing `samples = "auto"` (see [`sized`][])."""
-
-
-def backend_of(cfg: Config) -> AbstractExpectation:
-    """The expectation backend of `[ode]` (`expectation`, `samples`, `seed`)."""
-    samples = AUTO_FALLBACK if cfg.ode.samples == "auto" else int(cfg.ode.samples)
-    return get_expectation(cfg.ode.expectation, samples, seed=cfg.ode.seed)
 
 
 def ode_backend(cfg: Config) -> AbstractExpectation | None:

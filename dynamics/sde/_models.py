@@ -25,6 +25,12 @@ from ..ode import model_field, named_start, traced_values
 from ..ode._models import _get, _set, as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._solve import OverlapSDE
+from .._errors import ConfigError
+from .._errors import HeadflowError, require_x64
+from ..models import model_risk
+from ..ode import adjoint_of, risk_rule
+from ._run import sde_setup
+from ._solve import solve_paths
 
 
 class ModelDiffusion(AbstractDiffusion):
@@ -187,9 +193,6 @@ class ModelSDECurve(eqx.Module):
                     times=None, adjoint: str = "forward") -> ModelSDECurve:
         """`paths` (default `[sde] paths`), `dim` (default `[sim] dim`), `times` (default the
         `[output]` grid), `adjoint` (`"forward"` or `"recursive"`)."""
-        from .._errors import HeadflowError, require_x64
-        from ..ode import adjoint_of, risk_rule
-        from ._run import sde_setup
 
         require_x64("the SDE learning curve")
         if adjoint == "backsolve":
@@ -216,9 +219,6 @@ class ModelSDECurve(eqx.Module):
 
     def paths(self, params) -> Float[Array, "N T"]:
         """Each path's risk at `ts` (NaN where a path is not finite)."""
-        from .._errors import ConfigError
-        from ..models import model_risk
-        from ._solve import solve_paths
 
         unknown = sorted(set(params) - set(self.base))
         if unknown:

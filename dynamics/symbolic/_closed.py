@@ -19,6 +19,7 @@ import functools
 
 import sympy as sp
 
+from . import _algebra
 from ._algebra import (SIGNAL_TOKEN, A, D, Delta, Expect, F, H, L, b, chi, chis, ell, eta,
                        eta_b, expect, f, fresh, g, h, instantiate, k, lim, m, n, q, r, rho, s,
                        tidy, wd)
@@ -204,12 +205,10 @@ class _random:
         self.bases = bases
 
     def __enter__(self):
-        from . import _algebra
         self._old = _algebra.RANDOM_BASES
         _algebra.RANDOM_BASES = frozenset(self._old | set(self.bases))
 
     def __exit__(self, *exc):
-        from . import _algebra
         _algebra.RANDOM_BASES = self._old
 
 

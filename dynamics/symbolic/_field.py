@@ -14,6 +14,7 @@ from .._risk import over_theta, split_key_normals
 from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes
 from ..fields import MAX_GROUP, AbstractField
+from ..models.attention._nodes import key_nodes
 from ._activations import symbolic_activation
 from ._codegen import INTEGRANDS, Generated, generate
 
@@ -48,8 +49,6 @@ class SymbolicField(AbstractField):
         """**Arguments:** as for `ManifoldField.build` (the same nodes). **Returns:** the field
         (the code is generated here, once per process and case)."""
         symbolic_activation(model.activation.name)  # a one-line error if there is none
-        from ..models.attention import key_nodes     # imported here: attention imports us
-
         field = cls(model=model, steps=steps, nodes=key_nodes(model, backend,
                                                               max_group=max_group),
                     sgd_noise=sgd_noise, style=style)

@@ -27,6 +27,7 @@ from headflow.sims import run_sgd
 
 from ._constants import BAYES_TOLERANCE as BAYES_TOLERANCE  # light: shown by `--help`
 from .convergence import Claim, below, within
+from headflow.dynamics.ode import run_ode
 
 MODES = ("gradient_flow", "sgd_noise")
 
@@ -304,7 +305,6 @@ def ode_tail_risk(cfg: Config, *, t: float, tail: float = 0.25, n_save: int = 41
                   eval_backend: AbstractExpectation | None = None) -> float:
     """The ODE of `cfg` (its own mode) from `[ode] init` to time `t`, its risk averaged over
     the last `tail` of the same save grid as [`sgd_point`][] (the theory for an SGD point)."""
-    from headflow.dynamics.ode import run_ode
 
     times = np.linspace(0.0, t, n_save)
     res = run_ode(cfg, times=times)

@@ -55,6 +55,9 @@ from headflow.sims import simulate_states
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
 from .compare import SPREAD_TOLERANCE, escapes_of
+from ..verdicts import ks_distance, overall, spread_gap, verdict
+from headflow.dynamics.models.attention import ManifoldField
+from headflow.dynamics.sde import run_sde
 
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
@@ -121,7 +124,6 @@ def manifold_field(cfg: Config, model=None, *, equivariant: bool = True):
     """The manifold vector field of a configuration for stability analysis: with nodes closed
     under all head permutations ([`headflow.dynamics.analysis.equivariant_field`][]), or the
     engine's field (`equivariant=False`)."""
-    from headflow.dynamics.models.attention import ManifoldField
 
     model = cfg.build_model() if model is None else model
     steps = StepSizes.from_config(cfg.training)
@@ -308,7 +310,6 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
     **Raises:** [`headflow.dynamics.DivergenceError`][] when any path diverges (NaN/inf or overlaps
     above the blow-up level), as `headflow sde` does; paths that only left the PSD cone are kept and
     counted."""
-    from headflow.dynamics.sde import run_sde
 
     dims = [int(d) for d in dims]
     model = cfg.build_model()
@@ -592,7 +593,6 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
     censored), `runs` (per ensemble), `stats` (per ensemble, [`escape_stats`][]) and `verdicts`
     (per pair, per statistic, the [`headflow.validation.verdicts.Verdict`][] as a dict) with
     `overall`."""
-    from ..verdicts import ks_distance, overall, spread_gap, verdict
 
     counts = {"sde": int(runs), "weights": int(runs if weight_runs is None else weight_runs),
               "overlaps": int(runs)}

@@ -6,8 +6,9 @@ text come from ([`find_bpe_dir`][], [`find_text`][], [`fallback_text`][]). Norma
 [`Softmax`][], [`Sparsemax`][], [`ScalableSoftmax`][], [`SelfAdjustingSoftmax`][] (by name:
 [`normalizer_from_name`][]). Bounds (pure, vectorized over `(heads, rows, tokens)`; see
 `docs/gpt2.md`, "The bounds"): Lemma 1 / Corollary 1, Theorem 1, Theorem 2, Lemma 2 /
-Corollary 3, entropy. Experiments: [`BoundsConfig`][], [`run_bounds`][]; training:
-[`TrainConfig`][], [`train_gpt2`][], [`min_tokens`][].
+Corollary 3, entropy. Experiments: [`BoundsConfig`][], [`run_bounds`][], and experiments 1–4
+on one layer's heads (`distance_chunk`, `critical_chunk`, `separability_chunk`);
+training: [`TrainConfig`][], [`train_gpt2`][], [`min_tokens`][].
 """
 
 from ._bounds_config import BoundsConfig as BoundsConfig
@@ -32,6 +33,9 @@ from ._distance import random_set_distances as random_set_distances
 from ._distance import selection_distance as selection_distance
 from ._distance import topn_distances as topn_distances
 from ._experiments import BoundsResult as BoundsResult
+from ._experiments import _critical_chunk as critical_chunk  # noqa: F401
+from ._experiments import _distance_chunk as distance_chunk  # noqa: F401
+from ._experiments import _separability_chunk as separability_chunk  # noqa: F401
 from ._experiments import extract as extract
 from ._experiments import run_bounds as run_bounds
 from ._plots import plot_bounds as plot_bounds
