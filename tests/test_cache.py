@@ -69,8 +69,8 @@ import json, sys
 from headflow.validation.cli import main
 code = main(sys.argv[1:])
 heavy = ("jax", "sympy", "scipy", "diffrax", "equinox", "matplotlib", "headflow.dynamics",
-"headflow.sims") print(json.dumps({"code": code, "imported": [m for m in heavy if m in
-sys.modules]}))
+         "headflow.sims")
+print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.modules]}))
 """
 
 
