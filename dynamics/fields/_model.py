@@ -33,7 +33,7 @@ def student_permutations(model: AbstractModel, max_group: int = MAX_GROUP) -> np
 
 def model_group(model: AbstractModel, max_group: int = MAX_GROUP) -> Group:
     """The group of signed permutations of the node coordinates that the nodes are closed
-    under: the permutations of the student rows ([`student_permutations`][]) times the group
+    under: the permutations of the student rows (`student_permutations`) times the group
     of the sign flips the model declares (`AbstractModel.symmetries`; all their products, the
     identity first)."""
     dim = model_dims(model)

@@ -35,7 +35,7 @@ def has_closed_risk(model: AbstractModel) -> bool:
 def model_risk(model: AbstractModel, state: GramState, nodes: AbstractNodes | None = None
                ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """`(ε_g, its error)` at one state: exact (error 0) where `has_closed_risk`, exact on
-    [`exact_risk_nodes`][] for a polynomial model, else by `nodes` over the `P` fields
+    `exact_risk_nodes` for a polynomial model, else by `nodes` over the `P` fields
     (standard normals, first `P` coordinates used)."""
     if has_closed_risk(model):
         ro = model.readout(state.params)
