@@ -94,7 +94,7 @@ def _load_module(target: str, kind: str) -> Any:
                           f"{type(err).__name__}: {err}".replace("\n", " ")) from None
 
 
-def check_model_class(cls: Any, kind: str, base: type) -> type:
+def check_model_class(cls: Any, kind: str, base: type) -> Any:
     """`cls` if it is a concrete subclass of `base` (the model family's
     `AbstractModel`); a one-line [`ConfigError`][] otherwise (not a subclass, a method it must
     implement missing, no `kind`)."""
@@ -105,7 +105,8 @@ def check_model_class(cls: Any, kind: str, base: type) -> type:
     if missing:
         raise ConfigError(f"model.kind = {kind!r}: {cls.__name__} does not implement "
                           f"{', '.join(missing)}")
-    if not isinstance(getattr(cls, "kind", None), str) or not cls.kind:
+    name = getattr(cls, "kind", None)
+    if not isinstance(name, str) or not name:
         raise ConfigError(f"model.kind = {kind!r}: {cls.__name__} must set its name, "
                           "`kind: ClassVar[str] = \"...\"`")
     return cls

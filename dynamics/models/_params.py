@@ -168,7 +168,7 @@ class _Section:
 def _table(name: str, where: str, fields: list[tuple[str, Any, Any]],
            params: tuple[tuple[str, str, Param], ...], namespace: dict | None = None,
            base: type = _Section) -> type:
-    cls = dataclasses.make_dataclass(
+    cls: Any = dataclasses.make_dataclass(
         name, [(k, t, dataclasses.field(default=d)) for k, t, d in fields],
         bases=(base,), frozen=True, namespace=namespace or {})
     cls._params = params
@@ -181,7 +181,7 @@ def _optional(t: Any) -> Any:
 
 
 @functools.cache
-def model_table(cls: type) -> type:
+def model_table(cls: Any) -> Any:
     """The `[model]` table of a model class: `kind` and every `[model]` parameter."""
     params = tuple((n, config_key(n, p), p) for n, p in params_of(cls) if p.section == "model")
     fields: list[tuple[str, Any, Any]] = [("kind", str, cls.kind)]
@@ -231,14 +231,14 @@ class _TrainingBase(_Section):
         return self.lr_schedule if own is None else None
 
 
-def _moves_scalars(cls: type) -> bool:
+def _moves_scalars(cls: Any) -> bool:
     """Whether a model class can train scalar parameters (it defines `trained`)."""
     return any("trained" in vars(c) for c in cls.__mro__[:-1]
                if c.__name__ != "AbstractModel")
 
 
 @functools.cache
-def training_table(cls: type) -> type:
+def training_table(cls: Any) -> Any:
     """The `[training]` table of a model class: the generic keys (`lr`, the scalar
     parameters' step `cls.lr_bias_key` when the model defines `trained`, `weight_decay`,
     `batch`, `t_max`, `lr_schedule`) and every parameter declared with
@@ -256,7 +256,7 @@ def training_table(cls: type) -> type:
                   namespace={"_lr_bias_key": cls.lr_bias_key}, base=_TrainingBase)
 
 
-def from_tables(cls: type, model: Any, training: Any) -> Any:
+def from_tables(cls: Any, model: Any, training: Any) -> Any:
     """The model of the validated `[model]` and `[training]` tables."""
     kwargs = {}
     for name, p in params_of(cls):
@@ -271,7 +271,7 @@ def from_tables(cls: type, model: Any, training: Any) -> Any:
     return cls(**kwargs)
 
 
-def describe(cls: type) -> list[tuple[str, str, str]]:
+def describe(cls: Any) -> list[tuple[str, str, str]]:
     """`(section.key, default, help)` of every key of a model's two tables, for
     `headflow models` and `--help`."""
     out = []

@@ -3,6 +3,8 @@ SDE ensemble's mean (`headflow fit`, `docs/differentiable.md`)."""
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import dataclasses
 from collections.abc import Sequence
 
@@ -19,7 +21,7 @@ from headflow.dynamics.sde import ModelSDECurve, sde_curve_from_config
 
 from ._constants import MODELS as MODELS  # light: shown by `--help`
 
-Curve = LearningCurve | ModelCurve | SDECurve | ModelSDECurve
+Curve: TypeAlias = LearningCurve | ModelCurve | SDECurve | ModelSDECurve
 """The differentiable curves a fit runs on."""
 
 

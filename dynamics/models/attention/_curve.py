@@ -144,7 +144,7 @@ class LearningCurve(eqx.Module):
                    key=jr.key(cfg.sim.seed), start_model=model,
                    base=param_defaults(cfg, field.steps),
                    amplitude=float(cfg.prior.amplitude), dim=int(cfg.sim.dim),
-                   init=cfg.ode.init, manifold=cfg.ode.form == "manifold")
+                   init=str(cfg.ode.init), manifold=cfg.ode.form == "manifold")
 
     def defaults(self) -> dict[str, Array]:
         """The config's values of every parameter it has: the schedules' knot values where

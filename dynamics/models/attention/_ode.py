@@ -74,7 +74,7 @@ def _start(model: Model, cfg: Config) -> Overlaps:
     """The start described by `[ode] init`."""
     tr = cfg.training
     return eqx.filter_jit(initial_overlaps)(
-        model, jr.key(cfg.sim.seed), cfg.sim.dim, init=cfg.ode.init, key_std=tr.init_key_std,
+        model, jr.key(cfg.sim.seed), cfg.sim.dim, init=str(cfg.ode.init), key_std=tr.init_key_std,
         value_std=tr.init_value_std, bias=tr.init_bias, manifold=cfg.ode.form == "manifold")
 
 
