@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from ._linalg import psd_sqrt
 from ._overlaps import Overlaps
 from ._teacher import Teacher
-from ._linalg import psd_sqrt
 
 
 class Weights(eqx.Module):

@@ -25,9 +25,9 @@ from ._model import Model
 from ._schedule import Schedule
 from .activations import activation_class, get_activation
 from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
+from .fields import has_exact_field
 from .models import model_class, resolve_kind
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
-from .fields import has_exact_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -440,7 +440,6 @@ class Config:
             if name == "model" and self.model_kind == "attention":
                 del out[name]["kind"]       # the default kind, kept out of attention configs
         if self.model_kind != "attention":
-
             if self.ode.expectation == ("exact" if has_exact_field(self.build_model())
                                         else "qmc"):
                 # a computed default stays computed: a copy with another activation gets its

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 from typing import Any
+
 from ._errors import HeadflowError
 
 
@@ -90,7 +91,6 @@ def check_dim(model: Any, dim: int) -> None:
     `dim ≥ 1`)."""
     del model
     if dim < 1:
-
         raise HeadflowError(f"--dim {dim}: must be >= 1")
 
 

@@ -28,6 +28,7 @@ import tempfile
 import tomllib
 from importlib import metadata
 from pathlib import Path
+
 from ._cache import cache_root
 
 _PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optimistix", "lineax", "numpy", "scipy",
@@ -147,7 +148,6 @@ def key(args: argparse.Namespace) -> str | None:
 
 
 def _entry(args: argparse.Namespace) -> Path | None:
-
     k = key(args)
     return None if k is None else cache_root() / "results" / k
 

@@ -15,11 +15,11 @@ from jaxtyping import Array, Float
 from .._errors import HeadflowError
 from .._stop import check_stop
 from ..fields import AbstractField
+from ..models._base import AbstractModel
 from ..ode import Integrator, solve
 from ._modes import HeadModes
 from ._symmetric import flatten, unflatten
 from ._units import UnitModes
-from ..models._base import AbstractModel
 
 TANGENT_INTEGRATOR = Integrator.adaptive("tsit5", rtol=1e-7, atol=1e-9, max_steps=20000,
                                          blowup=None)

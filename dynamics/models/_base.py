@@ -92,6 +92,11 @@ class AbstractModel(eqx.Module):
     - `params0()`: the scalar parameters at the start (default: none); `trained`: those SGD
       moves (step `η_p/D`, the `[training]` key `lr_bias_key`; default: none);
     - `symmetries()`: the exact sign flips of the model ([`SignFlip`][]; default: none);
+    - `polynomial_degree()`, `loss_degree()`: the degrees that make its expectations exact
+      (default: none, not a polynomial);
+    - `escape_observable(named)`: what an escape is read from (default: the spread between
+      students, or a single student's alignment);
+    - `with_named(state, values)`: a state with order parameters set by name (`[ode] init`);
     - `readout(params)`: the [`Readout`][] structure, for exact expectations (default: none);
     - `layout`: which named order parameters the comparisons read ([`headflow.dynamics.Layout`][]).
 

@@ -211,7 +211,6 @@ class _TrainingBase(_Section):
         if not self.t_max > 0:
             raise ConfigError(f"training.t_max = {self.t_max}: must be > 0")
         if self.lr_schedule is not None:
-
             Schedule.from_table("training.lr_schedule", self.lr_schedule)
 
     _lr_bias_key: typing.ClassVar[str] = "lr_params"

@@ -13,19 +13,16 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, PyTree
 
-from ..hooks import (curve_keys, field_of, learning_curve_of, ode_info, start_of,
-                      state_risk)
+from .._errors import ConfigError, require_x64
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
 from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
+from ..hooks import curve_keys, field_of, learning_curve_of, ode_info, start_of, state_risk
 from ..models import AbstractModel, GramState, model_risk
 from ._backend import backend_of
-from ._integrate import traced_values
-from .._errors import ConfigError
-from .._errors import require_x64
 from ._curve import curve_solver
-from ._integrate import solve
+from ._integrate import solve, traced_values
 
 
 def model_field(cfg: Config, model: AbstractModel | None = None,

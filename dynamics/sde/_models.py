@@ -14,23 +14,24 @@ import numpy as np
 from jax.tree_util import Partial
 from jaxtyping import Array, Float, Key
 
-from ..hooks import sde_curve_of, sde_terms, start_sampler
+from .._errors import ConfigError, HeadflowError, require_x64
 from .._steps import StepSizes
 from ..config import Config
-from ..expectations import (AUTO_MAX_SAMPLES, MIN_SAMPLES, AbstractExpectation, AbstractNodes,
-                            MonteCarlo)
+from ..expectations import (
+    AUTO_MAX_SAMPLES,
+    MIN_SAMPLES,
+    AbstractExpectation,
+    AbstractNodes,
+    MonteCarlo,
+)
 from ..fields import AbstractField, exact_backend, model_nodes, sample_fields
-from ..models import AbstractModel, GramState, sample_increment
-from ..ode import model_field, named_start, traced_values
+from ..hooks import sde_curve_of, sde_terms, start_sampler
+from ..models import AbstractModel, GramState, model_risk, sample_increment
+from ..ode import adjoint_of, model_field, named_start, risk_rule, traced_values
 from ..ode._models import _get, _set, as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
-from ._solve import OverlapSDE
-from .._errors import ConfigError
-from .._errors import HeadflowError, require_x64
-from ..models import model_risk
-from ..ode import adjoint_of, risk_rule
 from ._run import sde_setup
-from ._solve import solve_paths
+from ._solve import OverlapSDE, solve_paths
 
 
 class ModelDiffusion(AbstractDiffusion):

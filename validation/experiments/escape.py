@@ -43,21 +43,23 @@ import time
 
 import jax.random as jr
 import numpy as np
-
 from headflow.dynamics import Config, ConfigError, DivergenceError, HeadflowError, StepSizes
 from headflow.dynamics import analysis as stab
-from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escape_quantiles,
-                                        persistent_crossing)
-from headflow.dynamics.models.attention import symmetric_start
+from headflow.dynamics.measures import (
+    ESCAPE_THRESHOLD,
+    escape_crossing,
+    escape_quantiles,
+    persistent_crossing,
+)
+from headflow.dynamics.models.attention import ManifoldField, symmetric_start
 from headflow.dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
+from headflow.dynamics.sde import run_sde
 from headflow.sims import simulate_states
 
+from ..verdicts import ks_distance, overall, spread_gap, verdict
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
 from .compare import SPREAD_TOLERANCE, escapes_of
-from ..verdicts import ks_distance, overall, spread_gap, verdict
-from headflow.dynamics.models.attention import ManifoldField
-from headflow.dynamics.sde import run_sde
 
 DRAWS = 512
 """Draws of the initialization law used for the linear prediction."""
