@@ -168,6 +168,12 @@ class _Section:
 def _table(name: str, where: str, fields: list[tuple[str, Any, Any]],
            params: tuple[tuple[str, str, Param], ...], namespace: dict | None = None,
            base: type = _Section) -> type:
+    keys = [k for k, _, _ in fields]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ConfigError(f"model {name.removesuffix('Model').removesuffix('Training')}: "
+                          f"[{where}] would have the key {twice[0]!r} twice (a parameter "
+                          "named like one of the engine's keys; give it another `key=`)")
     cls: Any = dataclasses.make_dataclass(
         name, [(k, t, dataclasses.field(default=d)) for k, t, d in fields],
         bases=(base,), frozen=True, namespace=namespace or {})
