@@ -14,7 +14,6 @@ In overlap space (`docs/overlap-sgd.md`) the fields of all rows are `λ_b = C c_
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -25,13 +24,13 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from headflow.dynamics import DivergenceError, HeadflowError, StepSizes, check_stop, require_x64
+from headflow.dynamics import DivergenceError, HeadflowError, StepSizes, require_x64
 from headflow.dynamics.models import AbstractModel, GramState, ModelWeights, sample_gradients
 from headflow.dynamics.ode import BLOWUP, bounded
-from headflow.dynamics.sharding import gather, shard_batch
+from headflow.dynamics.sharding import gather
 
 from ._wishart import as_float64, bartlett, chi_square, psd_factor
-from ._runs import save_steps, seed_keys, segment_plan
+from ._runs import run_segments, save_steps, seed_keys
 
 
 def batch_gradients(model: AbstractModel, params, lam: Float[Array, "B P"],
@@ -186,46 +185,25 @@ def simulate_model(model: AbstractModel, hp: StepSizes, *, dim: int, seeds, time
     else:
         carry = w
         segment = lambda c, k, a, b: _weights_jit(model, hp, c, k, a, b)  # noqa: E731
-    carry, keys = shard_batch((carry, keys), n)
-    T = len(steps_at)
-    starts, counts = segment_plan(steps_at, segments)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
 
-        bar = tqdm(total=int(steps_at[-1]), unit="step", desc=f"SGD ({space}) D={dim} x{n}",
-                   file=sys.stderr, leave=False)
-    recorded = []
-    try:
-        for i in range(starts.shape[0]):
-            check_stop()
-            carry, states = segment(carry, keys, jnp.asarray(starts[i]), jnp.asarray(counts[i]))
-            recorded.append(states)
-            _check(carry, states, space, seeds, dim, steps_at, i, starts.shape[1], n)
-            if bar is not None:
-                bar.update(int(counts[i].sum()))
-    finally:
-        if bar is not None:
-            bar.close()
-    out = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1)[:, :T], *recorded)
+    def check(carry: Any, states: GramState, t_end: float) -> None:
+        if space == "overlaps":
+            fail = np.asarray(gather(carry.fail_step, n))
+            if np.any(fail >= 0):
+                j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
+                raise DivergenceError(f"SGD in overlap space (seed {seeds[j]}, D={dim}): the "
+                                      "Gram matrix stopped being positive semi-definite at "
+                                      f"t = {fail[j] / dim:.6g}; try a smaller training.lr")
+        bad = np.asarray(gather(~bounded(states.gram, axis=(1, 2, 3)), n))
+        if bool(np.any(bad)):
+            j = int(np.argmax(bad))
+            raise DivergenceError(f"SGD diverged (seed {seeds[j]}, D={dim}): the order "
+                                  f"parameters became NaN/inf or exceeded {BLOWUP:.0e} before "
+                                  f"t = {t_end:.4g}; try a smaller training.lr")
+
+    _, out = run_segments(segment, carry, keys, steps_at, dim=dim, seeds=n, segments=segments,
+                          check=check, progress=progress, desc=f"SGD ({space})")
     return gather(out, n)
-
-
-def _check(carry, states: GramState, space, seeds, dim, steps_at, i, seg, n) -> None:
-    bad = gather(~bounded(states.gram, axis=(1, 2, 3)), n)
-    if space == "overlaps":
-        fail = np.asarray(gather(carry.fail_step, n))
-        if np.any(fail >= 0):
-            j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
-            raise DivergenceError(f"SGD in overlap space (seed {seeds[j]}, D={dim}): the Gram "
-                                  "matrix stopped being positive semi-definite at t = "
-                                  f"{fail[j] / dim:.6g}; try a smaller training.lr")
-    if bool(np.any(np.asarray(bad))):
-        j = int(np.argmax(np.asarray(bad)))
-        t = float(steps_at[min((i + 1) * seg, len(steps_at)) - 1]) / dim
-        raise DivergenceError(f"SGD diverged (seed {seeds[j]}, D={dim}): the order parameters "
-                              f"became NaN/inf or exceeded {BLOWUP:.0e} before t = {t:.4g}; "
-                              "try a smaller training.lr")
 
 
 def _rows_with_gram(key: PRNGKeyArray, gram: Float[Array, "P P"], dim: int

@@ -1,11 +1,22 @@
-"""What both simulators share: the random keys of a run and the steps of its save times."""
+"""What every simulator shares: the random keys of a run, the steps of its save times, and
+[`run_segments`][], the one driver that runs a simulation's compiled segments over the seeds
+(sharding, progress, interrupt, divergence check)."""
 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
+from typing import Any
 
+import jax
+import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
+from tqdm.auto import tqdm
+
+from headflow.dynamics import check_stop
+from headflow.dynamics.sharding import shard_batch
 
 
 def seed_keys(seed: int):
@@ -32,3 +43,45 @@ def segment_plan(steps_at: np.ndarray, segments: int) -> tuple[np.ndarray, np.nd
     starts = np.concatenate([starts, np.full(pad, steps_at[-1])]).reshape(n_seg, seg)
     counts = np.concatenate([counts, np.zeros(pad, np.int64)]).reshape(n_seg, seg)
     return starts, counts
+
+
+Segment = Callable[[Any, Any, Any, Any], tuple[Any, Any]]
+"""`segment(carry, data, starts, counts) -> (carry, recorded)`: one compiled call that advances
+every seed's `carry` through the save intervals `starts`, `counts` (arrays of one row of
+[`segment_plan`][]) with its per-seed `data` (keys, teachers), and returns what it recorded at
+their ends (leaves `(seeds, intervals, ...)`)."""
+
+Check = Callable[[Any, Any, float], None]
+"""`check(carry, recorded, t_end)`: raises [`headflow.dynamics.DivergenceError`][] when a seed
+diverged in the segment that ends at `t = t_end` (or reached a state it cannot go on from)."""
+
+
+def run_segments(segment: Segment, carry: Any, data: Any, steps_at: np.ndarray, *, dim: int,
+                 seeds: int, segments: int, check: Check, progress: bool = False,
+                 desc: str = "SGD") -> tuple[Any, Any]:
+    """Run a simulation of `seeds` seeds to the save steps `steps_at`, cut into at most
+    `segments` device calls: `carry` and `data` sharded over the devices and processes
+    ([`headflow.dynamics.sharding`][]); between calls, a stop request honoured
+    ([`headflow.dynamics.check_stop`][]), `check` run on what was recorded, and a progress bar
+    on stderr when `progress`. **Returns:** the final `carry` and everything recorded, leaves
+    `(seeds, len(steps_at), ...)`, both still sharded (`headflow.dynamics.sharding.gather`
+    collects them)."""
+    carry, data = shard_batch((carry, data), seeds)
+    T = len(steps_at)
+    starts, counts = segment_plan(steps_at, segments)
+    n_seg, seg = starts.shape
+    bar = (tqdm(total=int(steps_at[-1]), unit="step", desc=f"{desc} D={dim} x{seeds}",
+                file=sys.stderr, leave=False) if progress else None)
+    recorded = []
+    try:
+        for i in range(n_seg):
+            check_stop()
+            carry, rec = segment(carry, data, jnp.asarray(starts[i]), jnp.asarray(counts[i]))
+            recorded.append(rec)
+            check(carry, rec, float(steps_at[min((i + 1) * seg, T) - 1]) / dim)
+            if bar is not None:
+                bar.update(int(counts[i].sum()))
+    finally:
+        if bar is not None:
+            bar.close()
+    return carry, jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1)[:, :T], *recorded)

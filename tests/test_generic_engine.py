@@ -130,3 +130,20 @@ def test_build_turns_a_config_into_objects():
           f"{p.sizing['pilot_samples']} nodes -> {n} nodes, error {err:.3g} "
           f"(target {p.sizing['target']:.3g})")
     assert err <= 2 * p.sizing["target"] or n == dynamics.expectations.AUTO_MAX_SAMPLES
+
+
+def test_one_segment_driver():
+    """Every simulator (the family's in both spaces, the attention model's weights and chain)
+    runs its compiled segments through `headflow.sims._runs.run_segments`: no other module of
+    `sims` shards, cuts the run into segments, polls for a stop or draws a progress bar."""
+    driver = ROOT / "sims" / "_runs.py"
+    names = {"check_stop", "tqdm", "segment_plan", "shard_batch"}
+    for path in sorted((ROOT / "sims").rglob("*.py")):
+        if path == driver:
+            continue
+        found = _code_names(path) & names
+        assert not found, f"{path.relative_to(ROOT)} runs its own segments: {found}"
+    users = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "sims").rglob("*.py"))
+             if "run_segments" in _code_names(p) and p != driver]
+    assert users == ["sims/_models.py", "sims/attention/_chain.py",
+                     "sims/attention/_simulate.py"], users

@@ -11,7 +11,6 @@ independent of the fields. One SGD step is then an exact map of `(Ω, b)`
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 import equinox as eqx
@@ -22,11 +21,11 @@ import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from headflow.dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes,
-                               check_stop, require_x64)
+                               require_x64)
 from headflow.dynamics.ode import BLOWUP, bounded
-from headflow.dynamics.sharding import gather, shard_batch
+from headflow.dynamics.sharding import gather
 
-from .._runs import save_steps, seed_keys, segment_plan
+from .._runs import run_segments, save_steps, seed_keys
 from .._wishart import as_float64, bartlett, chi_square, psd_factor
 
 
@@ -360,45 +359,28 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     hp = as_float64(hp)
     states = jax.vmap(ChainState.start)(omega, b)
     n = len(seeds)
-    states, data_keys = shard_batch((states, ks[:, 2]), n)
 
-    T = len(steps_at)
-    starts, counts = segment_plan(steps_at, segments)
-    n_seg, seg = starts.shape
+    def segment(states, keys, starts, counts):
+        return _segment(model, hp, D, states, keys, starts, counts, block)
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    def check(states, recorded, t_end: float) -> None:
+        om, bb = recorded
+        fail_step, fail_pivot, bb = gather((states.fail_step, states.fail_pivot, bb), n)
+        fail = np.asarray(fail_step)
+        # reduced where the overlaps live: only one flag per seed is collected
+        bad = ~np.asarray(bounded(bb, axis=(1, 2)) & gather(bounded(om, axis=(1, 2, 3)), n))
+        if np.any(fail >= 0):
+            j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
+            raise _failure(model, hp, dim, seeds[j], int(fail[j]),
+                           float(np.asarray(fail_pivot)[j]))
+        if np.any(bad):
+            raise _failure(model, hp, dim, seeds[int(np.argmax(bad))], int(round(t_end * dim)),
+                           float("nan"))
 
-        bar = tqdm(total=int(steps_at[-1]), unit="step",
-                   desc=f"SGD (overlaps) D={dim} x{len(seeds)}", file=sys.stderr, leave=False)
-    omegas, biases = [], []
-    try:
-        for i in range(n_seg):
-            check_stop()
-            states, (om, bb) = _segment(model, hp, D, states, data_keys,
-                                        jnp.asarray(starts[i]), jnp.asarray(counts[i]), block)
-            fail_step, fail_pivot, bb = gather((states.fail_step, states.fail_pivot, bb), n)
-            omegas.append(om)
-            biases.append(bb)
-            fail = np.asarray(fail_step)
-            # reduced where the overlaps live: only one flag per seed is collected
-            bad = ~np.asarray(bounded(bb, axis=(1, 2)) & gather(bounded(om, axis=(1, 2, 3)), n))
-            if np.any(fail >= 0) or np.any(bad):
-                if np.any(fail >= 0):
-                    j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
-                    step, piv = int(fail[j]), float(np.asarray(fail_pivot)[j])
-                else:
-                    j = int(np.argmax(bad))
-                    step, piv = int(steps_at[min((i + 1) * seg, T) - 1]), float("nan")
-                raise _failure(model, hp, dim, seeds[j], step, piv)
-            if bar is not None:
-                bar.update(int(counts[i].sum()))
-    finally:
-        if bar is not None:
-            bar.close()
-    omega_all = gather(jnp.concatenate(omegas, axis=1)[:, :T], n)
-    bias_all = jnp.concatenate(biases, axis=1)[:, :T]
+    _, (omegas, biases) = run_segments(segment, states, ks[:, 2], steps_at, dim=dim, seeds=n,
+                                       segments=segments, check=check, progress=progress,
+                                       desc="SGD (overlaps)")
+    omega_all, bias_all = gather((omegas, biases), n)
     return _expand_states(model, omega_all, bias_all)
 
 

@@ -4,7 +4,6 @@ generic [`headflow.sims.run_sgd`][]."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,13 +14,13 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from headflow.dynamics import (Config, DivergenceError, Model, Overlaps, StepSizes, Teacher,
-                               Weights, check_stop, init_weights, make_teacher, population_risk,
+                               Weights, init_weights, make_teacher, population_risk,
                                require_x64, risk_nodes, weights_from_overlaps)
 from headflow.dynamics.expectations import MonteCarlo
 from headflow.dynamics.ode import BLOWUP, bounded
-from headflow.dynamics.sharding import gather, shard_batch
+from headflow.dynamics.sharding import gather
 
-from .._runs import save_steps, seed_keys, segment_plan
+from .._runs import run_segments, save_steps, seed_keys
 from .._simulate import simulate_states
 from ._chain import simulate_overlaps
 from ._sgd import advance
@@ -90,42 +89,25 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     if not model.train_values:
         w = eqx.tree_at(lambda w: w.V, w, jnp.broadcast_to(teachers.vstar[:, None, :], w.V.shape))
     n = len(seeds)
-    teachers, w, data_keys = shard_batch((teachers, w, ks[:, 2]), n)
 
-    T = len(steps_at)
-    starts, counts = segment_plan(steps_at, segments)
-    n_seg, seg = starts.shape
+    def segment(w, data, starts, counts):
+        teachers, keys = data
+        return _segment(model, hp, teachers, w, keys, starts, counts)
 
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    def check(w, recorded, t_end: float) -> None:
+        r, b = recorded
+        bad = gather(~bounded(r, axis=(1, 2, 3)) | ~bounded(b, axis=(1, 2)), n)
+        if bool(jnp.any(bad)):
+            idx = int(np.argmax(np.asarray(bad)))
+            raise DivergenceError(
+                f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf or "
+                f"exceeded {BLOWUP:.0e} before t = {t_end:.4g}; try a smaller "
+                f"training.lr (now {float(hp.lr):g})")
 
-        bar = tqdm(total=int(steps_at[-1]), unit="step", desc=f"SGD D={dim} x{len(seeds)}",
-                   file=sys.stderr, leave=False)
-    rows, biases = [], []
-    try:
-        for i in range(n_seg):
-            check_stop()
-            w, (r, b) = _segment(model, hp, teachers, w, data_keys, jnp.asarray(starts[i]),
-                                 jnp.asarray(counts[i]))
-            rows.append(r)
-            biases.append(b)
-            bad = gather(~bounded(r, axis=(1, 2, 3)) | ~bounded(b, axis=(1, 2)), n)
-            if bool(jnp.any(bad)):
-                idx = int(np.argmax(np.asarray(bad)))
-                raise DivergenceError(
-                    f"SGD diverged (seed {seeds[idx]}, D={dim}): overlaps became NaN/inf or "
-                    f"exceeded {BLOWUP:.0e} before t = "
-                    f"{float(steps_at[min((i + 1) * seg, T) - 1]) / dim:.4g}; try a smaller "
-                    f"training.lr (now {float(hp.lr):g})")
-            if bar is not None:
-                bar.update(int(counts[i].sum()))
-    finally:
-        if bar is not None:
-            bar.close()
-    all_rows, all_biases, teachers, w = gather(
-        (jnp.concatenate(rows, axis=1)[:, :T], jnp.concatenate(biases, axis=1)[:, :T], teachers,
-         w), n)
+    w, (rows, biases) = run_segments(segment, w, (teachers, ks[:, 2]), steps_at, dim=dim,
+                                     seeds=n, segments=segments, check=check,
+                                     progress=progress, desc="SGD")
+    all_rows, all_biases, teachers, w = gather((rows, biases, teachers, w), n)
     ov = jax.vmap(jax.vmap(lambda r, b: Overlaps.from_student_rows(r, b, model.F)))(
         all_rows, all_biases)
     return Simulation(t=jnp.asarray(steps_at / dim), steps=jnp.asarray(steps_at), overlaps=ov,
