@@ -189,7 +189,8 @@ def test_help_texts(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = capsys.readouterr().out
-    assert "The `headflow` command line" not in text and "Learning dynamics" in text
+    assert "The `headflow` command line" not in text and "Order-parameter theory" in text
+    assert "models of your own" in text and "models" in text.split("COMMAND", 1)[1]
     for command in ["sgd", "ode", "compare", "bayes", "phases", "escape", "scaling",
                     "activations", "prune", "sweep", "demo"]:
         with pytest.raises(SystemExit):
