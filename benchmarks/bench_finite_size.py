@@ -82,7 +82,7 @@ def main() -> None:
     from headflow.dynamics import Config
     from headflow.dynamics.hooks import state_risk
     from headflow.validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
-                                                ode_from_seed_mean, unit_mean)
+                                                         ode_from_seed_mean, unit_mean)
     from headflow.validation.experiments.scaling import loglog_fit
 
     text = resources.files("headflow.validation").joinpath("configs/escape.toml").read_text()

@@ -11,7 +11,7 @@ import pytest
 
 from headflow.dynamics import ConfigError
 from headflow.dynamics.activations import (AbstractActivation, BayesSoftmax, Softmax, Softmax1,
-                                  activation_names, get_activation)
+                                           activation_names, get_activation)
 
 NAMES = ("softmax", "softmax1", "bayes_softmax")
 SHAPES = [(1, 1), (1, 4), (2, 3), (3, 5), (4, 2)]

@@ -12,7 +12,7 @@ from _util import (Z, make_model, mean_se, sampled_fields, squared_errors, teach
                    with_activation)
 
 from headflow.dynamics import (ConfigError, bayes_construction, bayes_risk, construction_weights,
-                      population_risk)
+                               population_risk)
 from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo, Quadrature
 from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian, OneHot
 

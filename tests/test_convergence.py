@@ -12,7 +12,7 @@ from headflow.dynamics.ode import (NODE_FACTOR, QUANTITY_REPLICATES, NodeChange,
                                    segment_start, sized, solve_problem)
 from scipy.stats import chi2
 from headflow.validation.experiments.convergence import (NOT_REPRODUCED, NOT_RESOLVED, REPRODUCED,
-                                                below, judge, overall, within)
+                                                         below, judge, overall, within)
 from headflow.validation.experiments.pruning import prunable_verdict
 
 

@@ -17,10 +17,10 @@ from jaxtyping import Array, Float
 import headflow.dynamics as d
 from headflow import sims
 from headflow.dynamics.activations import (AbstractActivation, SymbolicDefinition, activation_names,
-                                  register_activation, unregister_activation)
+                                           register_activation, unregister_activation)
 from headflow.dynamics.ode import run_ode
 from headflow.dynamics.priors import (AbstractDiscretePrior, Param, prior_kinds, register_prior,
-                             unregister_prior)
+                                      unregister_prior)
 from headflow.dynamics.symbolic import render_activation
 from headflow.validation.cli import main
 

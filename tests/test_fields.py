@@ -19,7 +19,7 @@ from _util import (ACTIVATIONS, PRIORS, Z, correlated_weights, first_moment_z, m
                    teacher_for, with_activation)
 
 from headflow.dynamics import (SIGNAL, FieldLaw, Overlaps, bayes_construction, population_risk,
-                      weights_from_overlaps)
+                               weights_from_overlaps)
 from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo
 from headflow.dynamics.priors import Discrete
 

@@ -13,7 +13,7 @@ from headflow.dynamics.activations import get_activation
 from headflow.dynamics.expectations import MonteCarlo, QuasiMonteCarlo
 from headflow.dynamics.analysis import (STATIONARY_ATOL, STATIONARY_Z, Chunks, NewtonPolish,
                                StationarityTest, continuation, find_fixed_point, stationarity,
-                               stiffness)
+                                        stiffness)
 from headflow.dynamics.models.attention import ManifoldField
 from headflow.dynamics.ode import Integrator
 from headflow.dynamics.models.attention import random_start

@@ -20,12 +20,12 @@ from _util import (Z, correlated_weights, make_model, optimized, teacher_for,
 
 from headflow import sims
 from headflow.dynamics import (DivergenceError, HeadflowError, Overlaps, StepSizes, Weights,
-                      sample_data)
+                               sample_data)
 from headflow.dynamics.models.attention import random_start
 from headflow.dynamics.priors import Discrete, FlippedSpike
 from headflow.sims._wishart import bartlett, chi_square, psd_factor
 from headflow.sims.attention._chain import (expand_overlaps, gram_update, initial_gram, n_rows,
-                                   reduce_overlaps, simulate_overlaps)
+                                            reduce_overlaps, simulate_overlaps)
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -19,7 +19,7 @@ import pytest
 
 from headflow.validation.commands._light import (BUILTIN_ACTIVATIONS, CRITERIA, ESCAPE_THRESHOLD,
                                         EXTRAPOLATE, MIN_SAMPLES, MODELS, PRUNABLE_TOLERANCE,
-                                        STATIONARY_Z, THEORIES, known_activations)
+                                                 STATIONARY_Z, THEORIES, known_activations)
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

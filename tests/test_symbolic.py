@@ -29,11 +29,11 @@ from headflow.dynamics.expectations import MonteCarlo
 from headflow.dynamics.models.attention import ManifoldField
 from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian
 from headflow.dynamics.symbolic import (SymbolicField, derive_jacobians, generate, local_field_ode,
-                               manifold_ode)
+                                        manifold_ode)
 from headflow.dynamics.symbolic import _algebra as al
 from headflow.dynamics.symbolic._activations import symbolic_activation
 from headflow.dynamics.symbolic._closed import (bayes_construction, gradient_flow, limits,
-                                       paper_variables, risk)
+                                                paper_variables, risk)
 from headflow.dynamics.symbolic._derive import C_, Nv, a_
 from headflow.dynamics.symbolic._printer import TensorPrinter, bcast
 

@@ -17,26 +17,26 @@ import jax
 import numpy as np
 from headflow.dynamics import Config, Overlaps, bayes_risk, population_risk
 from headflow.dynamics.analysis import (
-    STATIONARY_Z,
-    Chunks,
-    FixedPoint,
-    NewtonPolish,
-    StationarityTest,
-    find_fixed_point,
-)
+                                        STATIONARY_Z,
+                                        Chunks,
+                                        FixedPoint,
+                                        NewtonPolish,
+                                        StationarityTest,
+                                        find_fixed_point,
+                                        )
 from headflow.dynamics.expectations import AbstractExpectation, get_expectation
 from headflow.dynamics.models.attention import trajectory_risk
 from headflow.dynamics.ode import (
-    Integrator,
-    NodeChange,
-    backend_of,
-    build_field,
-    initial_state,
-    node_change,
-    node_count,
-    run_ode,
-    segment_start,
-)
+                                   Integrator,
+                                   NodeChange,
+                                   backend_of,
+                                   build_field,
+                                   initial_state,
+                                   node_change,
+                                   node_count,
+                                   run_ode,
+                                   segment_start,
+                                   )
 from headflow.sims import run_sgd
 
 from ._constants import BAYES_TOLERANCE as BAYES_TOLERANCE  # light: shown by `--help`

@@ -17,7 +17,7 @@ from headflow.dynamics import ATTENTION, Config, DivergenceError, HeadflowError,
 from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escape_quantiles,
                                         head_spread)
 from headflow.dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
-                          model_arrays, run_ode, solve, traced_values)
+                                   model_arrays, run_ode, solve, traced_values)
 from headflow.dynamics.hooks import ode_state, state_risk
 from headflow.dynamics.sde import SDEResult, run_sde
 from headflow.sims import SGDResult, run_sgd

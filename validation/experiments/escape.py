@@ -46,11 +46,11 @@ import numpy as np
 from headflow.dynamics import Config, ConfigError, DivergenceError, HeadflowError, StepSizes
 from headflow.dynamics import analysis as stab
 from headflow.dynamics.measures import (
-    ESCAPE_THRESHOLD,
-    escape_crossing,
-    escape_quantiles,
-    persistent_crossing,
-)
+                                        ESCAPE_THRESHOLD,
+                                        escape_crossing,
+                                        escape_quantiles,
+                                        persistent_crossing,
+                                        )
 from headflow.dynamics.models.attention import ManifoldField, symmetric_start
 from headflow.dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
 from headflow.dynamics.sde import run_sde

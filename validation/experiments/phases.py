@@ -39,7 +39,7 @@ import numpy as np
 
 from headflow.dynamics import ORDER_PARAMETERS, Layout
 from headflow.dynamics.measures import (ESCAPE_THRESHOLD, alignment, crossing_shortfall,
-                               escape_crossing, persistent_crossing)
+                                        escape_crossing, persistent_crossing)
 from headflow.dynamics.models.attention import trajectory_risk
 from headflow.dynamics.ode import Integrator, backend_of, initial_state, integrate, run_ode
 

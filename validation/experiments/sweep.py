@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from headflow.dynamics import (ATTENTION, ORDER_PARAMETERS, Config, ConfigError, Layout, StepSizes,
-                      check_stop, population_risk, risk_nodes)
+                               check_stop, population_risk, risk_nodes)
 from headflow.dynamics.config import parse_value
 from headflow.dynamics.fields import (ExactField, ModelField, exact_backend, has_closed_field,
                                       model_nodes)
