@@ -190,10 +190,11 @@ def test_entry_point_and_colliding_package_names(tmp_path):
     """The example package, installed, registers `phase_retrieval` by name; packages called
     `dynamics`, `sims` and `validation` first on the path (as other projects on PyPI are
     named) change nothing."""
-    site = tmp_path / "site"
+    site, source = tmp_path / "site", tmp_path / "plugin"
+    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                            "--no-build-isolation", "--no-index", "--target", str(site),
-                           str(EXAMPLE)], capture_output=True, text=True, timeout=600)
+                           str(source)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     for name in ("dynamics", "sims", "validation"):
         (site / name).mkdir()
