@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -30,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ._cache import cache_root
+from .commands._light import dynamics_module
 
 _PACKAGES = ("jax", "jaxlib", "diffrax", "equinox", "optimistix", "lineax", "numpy", "scipy",
              "sympy", "matplotlib")
@@ -83,37 +83,13 @@ def _model_kind(args: argparse.Namespace) -> tuple[str, Path | None]:
     return str(kind), base
 
 
-def _package_files(module: str) -> list[Path]:
-    """Every `.py` file of the top-level package of `module`, located without importing it."""
-    spec = importlib.util.find_spec(module.split(".")[0])
-    if spec is None:
-        raise OSError(f"no module {module}")
-    if spec.submodule_search_locations:
-        return sorted(p for loc in spec.submodule_search_locations
-                      for p in Path(loc).rglob("*.py"))
-    if spec.origin is None:
-        raise OSError(f"no file for {module}")
-    return [Path(spec.origin)]
-
-
 def model_sources(args: argparse.Namespace) -> list[Path]:
     """The files of the model's code outside headflow that a run of `args` depends on (empty
-    for a built-in kind): see the module's docstring. Raises `OSError` or `ValueError` when a
-    file or the config cannot be read."""
+    for a built-in kind), by the loader's own rules (`headflow.dynamics._kinds.kind_sources`,
+    read without importing `headflow.dynamics`). Raises `OSError` or `ValueError` when a file or
+    the config cannot be read."""
     kind, base = _model_kind(args)
-    target, sep, _ = kind.rpartition(":")
-    if not sep:
-        plugins = {ep.name: ep for ep in metadata.entry_points(group="headflow.models")}
-        if kind not in plugins or kind in ("attention", "committee"):
-            return []
-        target, _, _ = plugins[kind].value.partition(":")
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        path = Path(target).expanduser()
-        if not path.is_absolute():
-            path = (base or Path.cwd()) / path
-        return [path.resolve(), *sorted(p.resolve() for p in path.parent.glob("*.py")
-                                        if p.resolve() != path.resolve())]
-    return _package_files(target.strip())
+    return dynamics_module("_kinds").kind_sources(kind, base)
 
 
 def key(args: argparse.Namespace) -> str | None:

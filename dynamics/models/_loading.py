@@ -1,4 +1,4 @@
-"""Models from the user's own code (`docs/models.md#running-your-model`): `[model] kind` names a
+"""Models from the user's own code (`docs/models.md#adding-a-model`): `[model] kind` names a
 registered model (`"committee"`), a model registered by an installed package under the
 entry-point group `headflow.models`, a file (`"path/to/file.py:ClassName"`, relative to the
 config file) or an importable module (`"package.module:ClassName"`)."""
@@ -14,41 +14,33 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from .. import _kinds
 from .._errors import ConfigError
-
-ENTRY_POINTS = "headflow.models"
-"""The entry-point group under which a package registers its models by name."""
+from .._kinds import ENTRY_POINTS as ENTRY_POINTS
+from .._kinds import is_file_target
+from .._kinds import plugin_entry_points as plugin_entry_points
 
 _FILES: dict[Path, tuple[tuple[int, int], Any]] = {}
 
 
-def split_kind(kind: str) -> tuple[str, str] | None:
-    """`(file or module, class name)` of a `kind` that names code (`"a/b.py:C"`,
-    `"pkg.mod:C"`); None for a plain name."""
-    target, sep, name = kind.rpartition(":")
-    if not sep or not target:
-        return None
-    if not name.isidentifier():
-        raise ConfigError(f"model.kind = {kind!r}: expected FILE.py:ClassName or "
-                          "package.module:ClassName")
-    return target, name
-
-
-def is_file_target(target: str) -> bool:
-    """Whether the code part of a kind is a file path (rather than a module name)."""
-    return target.endswith(".py") or "/" in target or "\\" in target
-
-
 def resolve_kind(kind: str, base: Path | None) -> str:
     """`kind` with a relative file path made absolute against `base` (the config file's
-    folder; None: the working directory); other kinds unchanged."""
-    parts = split_kind(kind) if isinstance(kind, str) else None
-    if parts is None or not is_file_target(parts[0]):
-        return kind
-    path = Path(parts[0]).expanduser()
-    if not path.is_absolute():
-        path = (base if base is not None else Path.cwd()) / path
-    return f"{path.resolve()}:{parts[1]}"
+    folder; None: the working directory); other kinds unchanged; a one-line [`ConfigError`][]
+    for a class part that is no Python name."""
+    try:
+        return _kinds.resolve_kind(kind, base)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def split_kind(kind: str) -> tuple[str, str] | None:
+    """`(file or module, class name)` of a `kind` that names code (`"a/b.py:C"`,
+    `"pkg.mod:C"`); None for a plain name; a one-line [`ConfigError`][] for a class part that
+    is no Python name."""
+    try:
+        return _kinds.split_kind(kind)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
 
 
 def _load_file(path: Path, kind: str) -> Any:
@@ -128,12 +120,6 @@ def load_code_model(kind: str, base: type) -> type:
         raise ConfigError(f"model.kind = {kind!r}: {target} has no class {name!r}"
                           + (f" (it defines {', '.join(defined)})" if defined else ""))
     return check_model_class(getattr(module, name), kind, base)
-
-
-def plugin_entry_points() -> dict[str, metadata.EntryPoint]:
-    """The models installed packages register (entry-point group `headflow.models`), by
-    name."""
-    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINTS)}
 
 
 def load_plugin(kind: str, ep: metadata.EntryPoint, base: type) -> type:

@@ -18,8 +18,6 @@ from .._errors import ConfigError, HeadflowError, require_x64
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import (
-    AUTO_MAX_SAMPLES,
-    MIN_SAMPLES,
     AbstractExpectation,
     AbstractNodes,
     MonteCarlo,
@@ -30,7 +28,7 @@ from ..models import AbstractModel, GramState, model_risk, sample_increment
 from ..ode import adjoint_of, model_field, named_start, risk_rule, traced_values
 from ..ode._models import _get, _set, as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
-from ._run import sde_setup
+from ._run import _power_of_two, sde_setup
 from ._solve import OverlapSDE, solve_paths
 
 
@@ -134,9 +132,7 @@ def noise_rule(model: AbstractModel, cfg: Config, steps: StepSizes) -> AbstractE
                                                           seed=cfg.ode.seed + 1))
     kappa = float(eqx.filter_jit(type(pilot).kurtosis)(pilot, as_float64(start)))
     n = (max(kappa, 1.0) - 1.0) / (4.0 * cfg.sde.error_target ** 2)
-    samples = int(min(max(2 ** int(np.ceil(np.log2(max(n, 1.0)))), MIN_SAMPLES),
-                      AUTO_MAX_SAMPLES))
-    return MonteCarlo(samples=samples, seed=cfg.ode.seed)
+    return MonteCarlo(samples=_power_of_two(n), seed=cfg.ode.seed)
 
 
 @sde_terms.register(AbstractModel)

@@ -28,11 +28,12 @@ from ..experiments._constants import PRUNABLE_TOLERANCE as PRUNABLE_TOLERANCE
 from ..experiments._constants import THEORIES as THEORIES
 
 
-def _dynamics_constants() -> ModuleType:
-    """The module `headflow.dynamics._constants` (it imports nothing), loaded from its file when
-    `dynamics` itself is not imported yet; a later `import dynamics` finds it in `sys.modules`
-    and uses the same module."""
-    name = "headflow.dynamics._constants"
+def dynamics_module(stem: str) -> ModuleType:
+    """The module `headflow.dynamics.<stem>` of a file that imports no headflow module
+    (`_constants`, `_kinds`), loaded from its file when `headflow.dynamics` itself is not
+    imported yet; a later `import headflow.dynamics` finds it in `sys.modules` and uses the same
+    module."""
+    name = f"headflow.dynamics.{stem}"
     module = sys.modules.get(name)
     if module is not None:
         return module
@@ -41,7 +42,7 @@ def _dynamics_constants() -> ModuleType:
     package = importlib.util.find_spec("headflow.dynamics")      # locates, does not import
     if package is None or not package.submodule_search_locations:  # pragma: no cover
         return importlib.import_module(name)
-    path = Path(list(package.submodule_search_locations)[0]) / "_constants.py"
+    path = Path(list(package.submodule_search_locations)[0]) / f"{stem}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:  # pragma: no cover
         return importlib.import_module(name)
@@ -55,7 +56,7 @@ def _dynamics_constants() -> ModuleType:
     return module
 
 
-_constants = _dynamics_constants()
+_constants = dynamics_module("_constants")
 
 ESCAPE_THRESHOLD: float = _constants.ESCAPE_THRESHOLD
 MIN_SAMPLES: int = _constants.MIN_SAMPLES
