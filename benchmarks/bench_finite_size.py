@@ -80,7 +80,6 @@ def main() -> None:
 
     jax.config.update("jax_enable_x64", True)
     from headflow.dynamics import Config
-    from headflow.dynamics.hooks import state_risk
     from headflow.validation.experiments.compare import (canonicalize, canonicalize_seeds, compare,
                                                          ode_from_seed_mean, unit_mean)
     from headflow.validation.experiments.scaling import loglog_fit
@@ -103,7 +102,7 @@ def main() -> None:
         t0 = time.perf_counter()
         sgd, ode, report = compare(cfg.replace(**{"sim.dim": D}))
         s, o = canonicalize_seeds(sgd.arrays()), canonicalize(ode.arrays())
-        r_one = np.asarray(state_risk(model, cfg, ode.overlaps)[0])     # SGD's rule
+        r_one = np.asarray(model.state_risk(cfg, ode.overlaps)[0])      # SGD's rule
         rs, ms = s["risk"], unit_mean(s["m"], 2)                     # m̄: (S, T, F)
         m_ode = unit_mean(o["m"], 1)
         mean_r, mean_m = rs.mean(axis=0), ms.mean(axis=0)
@@ -117,7 +116,7 @@ def main() -> None:
         if args.node_check:
             fine = ode_from_seed_mean(cfg.replace(**{"sim.dim": D, "ode.samples":
                                                       args.node_check * nodes}), sgd)
-            r_fine = np.asarray(state_risk(model, cfg, fine.overlaps)[0])
+            r_fine = np.asarray(model.state_risk(cfg, fine.overlaps)[0])
             node = float(_sup_rel(r_fine, r_one))
             m_node = float(_sup_abs(unit_mean(fine.arrays()["m"], 1)[None], m_ode[None])[0])
         wall = time.perf_counter() - t0

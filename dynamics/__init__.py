@@ -10,6 +10,7 @@ global setting. Call `jax.config.update("jax_enable_x64", True)` first (the `hea
 command line and the test suite do).
 """
 
+from . import models as models  # first: the model interface sits above the engine it imports
 from . import activations as activations
 from . import expectations as expectations
 from . import priors as priors
@@ -19,9 +20,8 @@ from ._errors import HeadflowError as HeadflowError
 from ._errors import require_x64 as require_x64
 from ._layout import ATTENTION as ATTENTION
 from ._layout import Layout as Layout
-from ._model import SIGNAL as SIGNAL
-from ._model import Model as Model
-from ._model import ValueMoments as ValueMoments
+from ._value_moments import SIGNAL as SIGNAL
+from ._value_moments import ValueMoments as ValueMoments
 from ._overlaps import CROSS_OVERLAPS as CROSS_OVERLAPS
 from ._overlaps import ORDER_PARAMETERS as ORDER_PARAMETERS
 from ._overlaps import FieldLaw as FieldLaw
@@ -48,5 +48,5 @@ from ._weights import init_weights as init_weights
 from ._weights import weights_from_overlaps as weights_from_overlaps
 from .config import Config as Config
 from .config import load_config as load_config
-from . import hooks as hooks  # noqa: E402
-from .models import attention as attention  # registers the attention model's hooks  # noqa: E402
+from .models import attention as attention  # noqa: E402
+from .models.attention import Model as Model  # noqa: E402

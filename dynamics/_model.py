@@ -22,7 +22,7 @@ from .priors import AbstractPrior
 
 
 
-class Model(eqx.Module):
+class AttentionBase(eqx.Module):
     """The single-location model: data (prior, noise, `ρ*`) and the student's architecture.
 
     **Fields:** `L` tokens, `H` heads, `F` latent directions, `activation`, `prior`, label noise

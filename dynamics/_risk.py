@@ -11,7 +11,7 @@ import numpy as np
 from jaxtyping import Array, Float, PyTree, Scalar
 
 from ._errors import ConfigError
-from ._model import SIGNAL, Model
+from ._model import SIGNAL, AttentionBase
 from ._overlaps import FieldLaw, Overlaps
 from .expectations import AbstractExpectation, AbstractNodes
 from .priors import AbstractDiscretePrior
@@ -27,14 +27,14 @@ def as_nodes(rule: AbstractExpectation | AbstractNodes, dim: int) -> AbstractNod
     return rule.nodes(dim)
 
 
-def key_dims(model: Model) -> int:
+def key_dims(model: AttentionBase) -> int:
     """Gaussian dimensions of one draw of the key fields: θ's node coordinates
     (`prior.n_node_dims`: none for a discrete prior, summed exactly, nor for a Gaussian one,
     which joins the signal token's law), `g*` (F per token) and `g⊥` (H per token)."""
     return model.prior.n_node_dims + model.L * (model.F + model.H)
 
 
-def split_key_normals(model: Model, x: Float[Array, " d"]):
+def split_key_normals(model: AttentionBase, x: Float[Array, " d"]):
     """Split one node of dimension `key_dims(model)` into `(θ-normals, g* (F, L), g⊥ (H, L))`."""
     dt, L, F, H = model.prior.n_node_dims, model.L, model.F, model.H
     g_star = x[dt:dt + L * F].reshape(F, L)
@@ -42,8 +42,8 @@ def split_key_normals(model: Model, x: Float[Array, " d"]):
     return x[:dt], g_star, g_perp
 
 
-def over_theta(model: Model, theta_normals: Float[Array, " dt"], g_star: Float[Array, "F L"],
-               fn):
+def over_theta(model: AttentionBase, theta_normals: Float[Array, " dt"],
+               g_star: Float[Array, "F L"], fn):
     """`E_θ fn(θ)` at one node whose teacher key normals are `g_star`: an exact sum over a
     discrete support, or θ from the node ([`headflow.dynamics.priors.AbstractPrior.signal_theta`][]:
     every integrand depends on θ only through `χ*_1 = θ + g*_1`)."""
@@ -52,7 +52,7 @@ def over_theta(model: Model, theta_normals: Float[Array, " dt"], g_star: Float[A
     return jax.tree.map(lambda v: jnp.tensordot(weights, v, axes=1), values)
 
 
-def risk_integrand(model: Model, law: FieldLaw, b: Float[Array, " H"],
+def risk_integrand(model: AttentionBase, law: FieldLaw, b: Float[Array, " H"],
                    x: Float[Array, " d"]) -> Scalar:
     """`E_θ E[(ŷ − y)² | key fields]` at one node (value fields integrated out exactly)."""
     tn, g_star, g_perp = split_key_normals(model, x)
@@ -64,13 +64,13 @@ def risk_integrand(model: Model, law: FieldLaw, b: Float[Array, " H"],
     return over_theta(model, tn, g_star, at)
 
 
-def risk_nodes(model: Model, backend: AbstractExpectation) -> AbstractNodes:
+def risk_nodes(model: AttentionBase, backend: AbstractExpectation) -> AbstractNodes:
     """The nodes [`population_risk`][] integrates over (the key fields of `model`): build them
     once to evaluate many states on common random numbers."""
     return backend.nodes(key_dims(model))
 
 
-def key_expectation(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes,
+def key_expectation(model: AttentionBase, ov: Overlaps, rule: AbstractExpectation | AbstractNodes,
                     fn: Callable[[Float[Array, "F L"], Float[Array, "H L"]], PyTree], *,
                     manifold: bool = False) -> tuple[PyTree, PyTree]:
     """`E fn(χ*, χ)` over θ and the key fields of a student with overlaps `ov` (teacher key
@@ -86,7 +86,8 @@ def key_expectation(model: Model, ov: Overlaps, rule: AbstractExpectation | Abst
     return nodes.estimate(jax.vmap(at_node))
 
 
-def population_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | AbstractNodes, *,
+def population_risk(model: AttentionBase, ov: Overlaps,
+                    rule: AbstractExpectation | AbstractNodes, *,
                     manifold: bool = False) -> tuple[Scalar, Scalar]:
     """The test risk `R = E(ŷ − y)²` of a student with overlaps `ov`, and its error estimate.
 
@@ -102,7 +103,7 @@ def population_risk(model: Model, ov: Overlaps, rule: AbstractExpectation | Abst
     return nodes.estimate(jax.vmap(lambda x: risk_integrand(model, law, ov.b, x)))
 
 
-def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
+def bayes_integrand(model: AttentionBase, x: Float[Array, " d"]) -> Scalar:
     """`ρ*(1 − Σ_ℓ p_ℓ²) + Δ²` at one node, `p` the posterior over the location."""
     dt, L, F = model.prior.n_node_dims, model.L, model.F
     tn, g_star = x[:dt], x[dt:dt + L * F].reshape(F, L)
@@ -115,14 +116,14 @@ def bayes_integrand(model: Model, x: Float[Array, " d"]) -> Scalar:
     return over_theta(model, tn, g_star, at)
 
 
-def bayes_risk(model: Model, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
+def bayes_risk(model: AttentionBase, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
     """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` and its error estimate. Independent of the
     student (only the prior, L, Δ and ρ* matter)."""
     nodes = backend.nodes(model.prior.n_node_dims + model.L * model.F)
     return nodes.estimate(jax.vmap(lambda x: bayes_integrand(model, x)))
 
 
-def bayes_construction(model: Model) -> tuple[Overlaps, Float[Array, "S F"]]:
+def bayes_construction(model: AttentionBase) -> tuple[Overlaps, Float[Array, "S F"]]:
     """The Bayes-softmax construction for a discrete prior: one head per support point
     (points of zero weight dropped), `k_s = Σ_f θ^s_f k*_f`, `v_s = v*`,
     `b_s = log p_s − |θ^s|²/2`. With Bayes-softmax its risk is `R_Bayes`.

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import jax.random as jr
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ._model import Model
+from ._model import AttentionBase
 
 
 class Teacher(eqx.Module):
@@ -34,7 +34,7 @@ def make_teacher(key: PRNGKeyArray, D: int, F: int, rho: float = 1.0,
     return Teacher(kstar=q[:, :F].T.astype(dtype), vstar=(jnp.sqrt(rho) * q[:, F]).astype(dtype))
 
 
-def sample_data(key: PRNGKeyArray, teacher: Teacher, model: Model, batch: int
+def sample_data(key: PRNGKeyArray, teacher: Teacher, model: AttentionBase, batch: int
                 ) -> tuple[Float[Array, "batch L D"], Float[Array, " batch"]]:
     """`batch` sequences and labels: `x_ℓ ~ N(0, I)` except `x_ε = g + Σ_f θ_f k*_f/√D` at a
     uniform hidden location ε, and `y = v*·x_ε/√D + Δ ξ`."""

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import tomllib
+import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,12 +22,12 @@ import numpy as np
 import tomli_w
 
 from ._errors import ConfigError, check_memory
-from ._model import Model
 from ._schedule import Schedule
-from .activations import activation_class, get_activation
+from .activations import activation_class
 from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
 from .fields import has_exact_field
-from .models import model_class, resolve_kind
+from .models._base import model_class
+from .models._loading import resolve_kind
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
 
 
@@ -459,14 +460,9 @@ class Config:
         return self.prior.build(self.model.F)
 
     def build_model(self) -> Any:
-        """The model object: the attention [`Model`][] or, for another `model.kind`, that
-        model built from `[model]` and `[training]`."""
-        if self.model_kind != "attention":
-            return model_build(self.model, self.training)
-        m = self.model
-        return Model(L=m.L, H=m.H, activation=get_activation(m.activation),
-                     prior=self.build_prior(), noise=float(m.noise), rho=float(m.rho),
-                     train_values=bool(m.train_values))
+        """The model object of `[model] kind`, built by its class's `from_config` from this
+        config's tables."""
+        return model_class(self.model_kind).from_config(self)  # type: ignore[attr-defined]
 
     def save_times(self) -> np.ndarray:
         """The `[output]` time grid in `t = steps/D` (starts at 0, ends at `t_max`)."""
@@ -491,8 +487,10 @@ def _default_expectation(classes: dict[str, Any], data: dict[str, Any]) -> str:
 
 
 def model_build(model: Any, training: Any) -> Any:
-    """The model object of a non-attention `[model]` and `[training]` section."""
-    return model_class(model.kind).from_config(model, training)  # type: ignore[attr-defined]
+    """The model object of a `[model]` and a `[training]` section of a model of the family
+    (before the whole config exists)."""
+    tables = types.SimpleNamespace(model=model, training=training)
+    return model_class(model.kind).from_config(tables)  # type: ignore[attr-defined]
 
 
 def _make_prior(body: dict[str, Any]) -> PriorSection:

@@ -13,7 +13,6 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from headflow.dynamics import Config, StepSizes
-from headflow.dynamics.hooks import state_risk
 from headflow.dynamics.models import AbstractModel
 from headflow.dynamics.ode import model_arrays, named_start
 
@@ -85,7 +84,7 @@ def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,
         model.check_state(start)
     steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
                                     start=start, progress=progress)
-    risk, err = state_risk(model, cfg, states)
+    risk, err = model.state_risk(cfg, states)
     return SGDResult(t=jnp.asarray(steps / D), steps=jnp.asarray(steps), overlaps=states,
                      risk=jnp.asarray(risk), risk_err=jnp.asarray(err), seeds=tuple(seed_list),
                      dim=D, model=model)

@@ -13,7 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ..measures import first_crossing
-from ..models._base import AbstractModel
+from .._model import AttentionBase
 from ..models.attention import random_start
 from ._tangent import StabilityResult
 
@@ -28,9 +28,9 @@ def initial_contrasts(model: Any, key, modes: Any, *, n: int, dim: int, key_std:
     keys = jr.split(key, n)
 
     def start(k):
-        if isinstance(model, AbstractModel):
-            return model.initial_state(k, dim)
-        return random_start(model, k, dim, key_std=key_std, value_std=value_std, bias=bias)
+        if isinstance(model, AttentionBase):
+            return random_start(model, k, dim, key_std=key_std, value_std=value_std, bias=bias)
+        return model.initial_state(k, dim)
 
     def one(k):
         ov = start(k)

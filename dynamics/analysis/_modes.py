@@ -9,7 +9,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
-from .._model import Model
+from .._model import AttentionBase
 from .._overlaps import Overlaps
 from ..measures import alignment
 from ._symmetric import flatten, head_average, unflatten
@@ -26,7 +26,7 @@ def helmert(H: int) -> np.ndarray:
     return np.asarray(rows).reshape(H - 1, H)
 
 
-def bias_is_inert(model: Model) -> bool:
+def bias_is_inert(model: AttentionBase) -> bool:
     """True when the activation ignores the bias (softmax): then `b` never moves and is left
     out of the perturbations."""
     chi = jr.normal(jr.key(0), (model.H, model.L), dtype=jnp.float64)
@@ -55,7 +55,7 @@ class HeadModes(eqx.Module):
     F: int = eqx.field(static=True)
 
     @classmethod
-    def build(cls, model: Model) -> HeadModes:
+    def build(cls, model: AttentionBase) -> HeadModes:
         H, F = model.H, model.F
         if H < 2:
             raise HeadflowError("head-difference perturbations need at least 2 heads "

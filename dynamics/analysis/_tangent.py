@@ -15,7 +15,7 @@ from jaxtyping import Array, Float
 from .._errors import HeadflowError
 from .._stop import check_stop
 from ..fields import AbstractField
-from ..models._base import AbstractModel
+from .._model import AttentionBase
 from ..ode import Integrator, solve
 from ._modes import HeadModes
 from ._symmetric import flatten, unflatten
@@ -115,9 +115,9 @@ def default_modes(model: Any) -> Any:
     """The perturbation bases of `model`: [`HeadModes`][] for the attention model,
     [`UnitModes`][] for a model of the family (`GramState`)."""
 
-    if isinstance(model, AbstractModel):
-        return UnitModes.build(model)
-    return HeadModes.build(model)
+    if isinstance(model, AttentionBase):
+        return HeadModes.build(model)
+    return UnitModes.build(model)
 
 
 def linear_stability(field: AbstractField, ov0: Any, ts, *, modes: Any = None,

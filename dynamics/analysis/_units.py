@@ -22,11 +22,11 @@ from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
 from ..measures import alignment
-from ..models._base import AbstractModel, GramState
+from ..models._base import GramState, ModelBase
 from ._symmetric import sym_matrix
 
 
-def unit_average(model: AbstractModel, state: GramState) -> GramState:
+def unit_average(model: ModelBase, state: GramState) -> GramState:
     """The orthogonal projection of `state` onto the symmetric subspace (every student alike);
     the teacher block and the untrained parameters are kept."""
     K = model.n_students
@@ -40,7 +40,7 @@ def unit_average(model: AbstractModel, state: GramState) -> GramState:
     return GramState(gram=jnp.concatenate([top, bottom], axis=0), params=params)
 
 
-def _unit_params(model: AbstractModel) -> tuple[str, ...]:
+def _unit_params(model: ModelBase) -> tuple[str, ...]:
     """The trained parameters with one entry per student unit."""
     return tuple(k for k in model.trained if k in model.layout.per_unit)
 
@@ -58,11 +58,11 @@ class UnitModes(eqx.Module):
     standard: Float[Array, "1 N mu"]
     differences: Float[Array, "N mu"]
     labels: tuple[str, ...] = eqx.field(static=True)
-    model: AbstractModel
+    model: ModelBase
     param_sizes: tuple[tuple[str, int], ...] = eqx.field(static=True)
 
     @classmethod
-    def build(cls, model: AbstractModel) -> UnitModes:
+    def build(cls, model: ModelBase) -> UnitModes:
         K, P = model.n_students, model.n_rows
         if K < 2:
             raise HeadflowError(f"unit-difference perturbations need at least 2 student units "

@@ -15,23 +15,24 @@ from jaxtyping import Array, Float, PyTree
 from .._linalg import psd_sqrt
 from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes, Quadrature, exact_rule
-from ..models import AbstractModel, GramState, assemble, exact_moments, sample_increment
+from ..models._base import GramState, ModelBase
+from ..models._increment import assemble, exact_moments, sample_increment
 from ._base import AbstractField
 from ._nodes import MAX_GROUP, Group, product_group, row_group, unit_permutations
 
 
-def model_dims(model: AbstractModel) -> int:
+def model_dims(model: ModelBase) -> int:
     """Gaussian dimensions of one sample: the `P` fields and the label noise."""
     return model.n_rows + 1
 
 
-def student_permutations(model: AbstractModel, max_group: int = MAX_GROUP) -> np.ndarray:
+def student_permutations(model: ModelBase, max_group: int = MAX_GROUP) -> np.ndarray:
     """The permutations of the student rows the nodes are closed under
     ([`unit_permutations`][] of the `S` students)."""
     return unit_permutations(model.n_students, max_group)
 
 
-def model_group(model: AbstractModel, max_group: int = MAX_GROUP) -> Group:
+def model_group(model: ModelBase, max_group: int = MAX_GROUP) -> Group:
     """The group of signed permutations of the node coordinates that the nodes are closed
     under: the permutations of the student rows (`student_permutations`) times the group
     of the sign flips the model declares (`AbstractModel.symmetries`; all their products, the
@@ -51,7 +52,7 @@ def model_group(model: AbstractModel, max_group: int = MAX_GROUP) -> Group:
     return group
 
 
-def model_nodes(model: AbstractModel, backend: AbstractExpectation, *,
+def model_nodes(model: ModelBase, backend: AbstractExpectation, *,
                 max_group: int = MAX_GROUP) -> AbstractNodes:
     """Nodes over all fields and the label noise, closed under [`model_group`][]: the exact
     field is equivariant under it (a permutation of the students and of their parameters, a
@@ -71,7 +72,7 @@ class ModelField(AbstractField):
     """The drift of a model's order parameters, `E[U]` over nodes of all fields (the generic
     autodiff path: it runs any model, and checks the exact backend where there is one)."""
 
-    model: AbstractModel
+    model: ModelBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
@@ -80,7 +81,7 @@ class ModelField(AbstractField):
     manifold_form: ClassVar[bool] = False
 
     @classmethod
-    def build(cls, model: AbstractModel, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: ModelBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP) -> ModelField:
         return cls(model=model, steps=steps, nodes=model_nodes(model, backend,
                                                                max_group=max_group),
@@ -96,7 +97,7 @@ class ExactField(AbstractField):
     """The drift in closed form ([`headflow.dynamics.models.exact_moments`][]): for a readout model
     whose unit gives the Gaussian integrals (erf, linear). Its error estimate is zero."""
 
-    model: AbstractModel
+    model: ModelBase
     steps: StepSizes
     # no nodes: the closed forms replace them
     nodes: AbstractNodes | None = None  # type: ignore[assignment]
@@ -106,7 +107,7 @@ class ExactField(AbstractField):
     manifold_form: ClassVar[bool] = False
 
     @classmethod
-    def build(cls, model: AbstractModel, steps: StepSizes,
+    def build(cls, model: ModelBase, steps: StepSizes,
               backend: AbstractExpectation | None = None, *, sgd_noise: bool = True,
               max_group: int = MAX_GROUP) -> ExactField:
         del backend, max_group
@@ -130,14 +131,14 @@ class ExactField(AbstractField):
         return rhs, jax.tree.map(jnp.zeros_like, rhs)
 
 
-def has_closed_field(model: AbstractModel) -> bool:
+def has_closed_field(model: ModelBase) -> bool:
     """Whether [`ExactField`][] (closed-form integrals of a readout's unit) applies to
     `model`."""
     ro = model.readout(model.limit_state().params)
     return ro is not None and bool(ro.unit.exact)
 
 
-def exact_backend(model: AbstractModel, what: str = "drift") -> Quadrature | None:
+def exact_backend(model: ModelBase, what: str = "drift") -> Quadrature | None:
     """For a polynomial model (`AbstractModel.loss_degree`), the Gauss–Hermite rule over all
     fields and the label noise that integrates its `what` exactly: the `"drift"` (the mean
     increment: degree `max(L, 2L − 2)` for a loss of degree L, the `η²` terms included) or
@@ -150,13 +151,13 @@ def exact_backend(model: AbstractModel, what: str = "drift") -> Quadrature | Non
     return exact_rule(model_dims(model), degree)
 
 
-def has_exact_field(model: AbstractModel) -> bool:
+def has_exact_field(model: ModelBase) -> bool:
     """Whether `[ode] expectation = "exact"` applies to `model`: closed forms
     ([`has_closed_field`][]) or an exact Gauss–Hermite rule ([`exact_backend`][])."""
     return has_closed_field(model) or exact_backend(model) is not None
 
 
-def exact_field(model: AbstractModel, steps: StepSizes, *, sgd_noise: bool = True
+def exact_field(model: ModelBase, steps: StepSizes, *, sgd_noise: bool = True
                 ) -> AbstractField:
     """The exact drift of `model`: [`ExactField`][] where its unit has closed forms, else
     [`ModelField`][] on the nodes of [`exact_backend`][]."""

@@ -6,7 +6,7 @@ the command line) runs it with no other file touched, named on the command line 
 [`register_model`][] or an entry point of the group `headflow.models`. The attention model of
 the rest of `headflow.dynamics` is `kind = "attention"`."""
 
-from ._base import AbstractModel as AbstractModel
+from ._model import AbstractModel as AbstractModel
 from ._base import GramState as GramState
 from ._base import ModelWeights as ModelWeights
 from ._base import Readout as Readout

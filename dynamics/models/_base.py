@@ -75,37 +75,12 @@ class Readout(eqx.Module):
     param: str | None = eqx.field(static=True, default=None)
 
 
-class AbstractModel(eqx.Module):
-    """A model of the family, written as its mathematics (`docs/models.md#adding-a-model`).
-
-    A concrete model is a subclass that sets `kind` (its name), declares its Gram layout
-    `rows` ([`Rows`][]) and its parameters as fields made with [`param`][], and implements
-    `predict` and `target`. Everything else has a generic default that a model may override
-    with a method of its own:
-
-    - `predict(params, λ)`, `target(params, λ*)` (required): the student's and the teacher's
-      outputs on the fields; `loss` (default `½(ŷ − y)²`);
-    - `n_students`, `n_teachers`, `named(state)`, `limit_state()`, `init_weights(key, dim)`:
-      derived from `rows`;
-    - `noise`: the standard deviation of the label noise, `y = target + σ ζ` (default: the
-      field `noise` when the model declares one, else 0);
-    - `params0()`: the scalar parameters at the start (default: none); `trained`: those SGD
-      moves (step `η_p/D`, the `[training]` key `lr_bias_key`; default: none);
-    - `symmetries()`: the exact sign flips of the model ([`SignFlip`][]; default: none);
-    - `polynomial_degree()`, `loss_degree()`: the degrees that make its expectations exact
-      (default: none, not a polynomial);
-    - `escape_observable(named)`: what an escape is read from (default: the spread between
-      students, or a single student's alignment);
-    - `with_named(state, values)`: a state with order parameters set by name (`[ode] init`);
-    - `readout(params)`: the [`Readout`][] structure, for exact expectations (default: none);
-    - `layout`: which named order parameters the comparisons read ([`headflow.dynamics.Layout`][]).
-
-    The `[model]` and `[training]` tables, their validation, `--set`, `headflow models` and
-    the differentiable hyperparameters are derived from the fields ([`model_table`][],
-    [`training_table`][]). A model is registered by [`register_model`][], by an entry point
-    of the group `headflow.models`, or named on the command line as `file.py:Class` or
-    `package.module:Class` ([`model_class`][]).
-    """
+class ModelBase(eqx.Module):
+    """The mathematics of a model of the family: its predictor, its Gram layout and its
+    declarations, with their generic defaults. [`headflow.dynamics.models.AbstractModel`][] adds
+    what the engine computes from them (vector field, diffusion, risk, starts, learning curves)
+    and documents the whole interface; the engine's lower layers (fields, expectations,
+    increments) read only this part, so they import no integrator."""
 
     kind: eqx.AbstractClassVar[str]
     rows: ClassVar[Rows | None] = None
@@ -237,9 +212,10 @@ class AbstractModel(eqx.Module):
         return training_table(cls)
 
     @classmethod
-    def from_config(cls, model: Any, training: Any) -> AbstractModel:
-        """The model of validated `[model]` and `[training]` tables."""
-        return from_tables(cls, model, training)
+    def from_config(cls, cfg: Any) -> ModelBase:
+        """The model of a validated [`headflow.dynamics.Config`][], from its `[model]` and
+        `[training]` tables."""
+        return from_tables(cls, cfg.model, cfg.training)
 
     def hyperparameters(self, training: Any, steps: Any) -> tuple:
         """The differentiable hyperparameters: `(config key, "model" | "steps", selector)`
@@ -399,9 +375,9 @@ def gaussian_rows(key: PRNGKeyArray, n: int, dim: int, std: Any, dtype: Any) -> 
     return std * jr.normal(key, (n, dim), dtype=dtype)
 
 
-_REGISTRY: Registry[type[AbstractModel]] = Registry("model", "kind")
+_REGISTRY: Registry[type[ModelBase]] = Registry("model", "kind")
 
-_M = TypeVar("_M", bound=type[AbstractModel])
+_M = TypeVar("_M", bound=type[ModelBase])
 
 
 def register_model(cls: _M) -> _M:
@@ -416,24 +392,25 @@ def unregister_model(kind: str) -> None:
 
 
 def model_kinds() -> tuple[str, ...]:
-    """The model kinds by name: the attention model (`"attention"`, built in), the registered
-    models, then those installed packages register under the entry-point group
+    """The model kinds by name: the built-in models (`"attention"` first), the other
+    registered models, then those installed packages register under the entry-point group
     `headflow.models`."""
     plugins = tuple(k for k in plugin_entry_points() if k not in _REGISTRY)
-    return ("attention", *_REGISTRY.names(), *plugins)
+    names = _REGISTRY.names()
+    return (*sorted(names, key=lambda k: k != "attention"), *plugins)
 
 
-def model_class(kind: str) -> type[AbstractModel]:
+def model_class(kind: str) -> type[ModelBase]:
     """The model class of `[model] kind`: a registered name, an entry point of the group
     `headflow.models`, `"path/file.py:ClassName"` or `"package.module:ClassName"`; a one-line
     [`ConfigError`][] naming `model.kind` otherwise."""
     if kind in _REGISTRY:
         return _REGISTRY.get(kind, ConfigError)
     if split_kind(kind) is not None:
-        return load_code_model(kind, AbstractModel)   # type: ignore[return-value]
+        return load_code_model(kind, ModelBase)   # type: ignore[return-value]
     plugins = plugin_entry_points()
     if kind in plugins:
-        return load_plugin(kind, plugins[kind], AbstractModel)  # type: ignore[return-value]
+        return load_plugin(kind, plugins[kind], ModelBase)  # type: ignore[return-value]
     raise ConfigError(f"model.kind = {kind!r}: unknown model; choose one of "
                       f"{', '.join(map(repr, model_kinds()))}, or name your own as "
                       "'file.py:ClassName' or 'package.module:ClassName'")

@@ -17,7 +17,8 @@ from jaxtyping import Array, Float, Scalar
 
 from .._layout import Layout
 from ..units import AbstractUnit, get_unit, unit_class
-from ._base import AbstractModel, Readout, register_model
+from ._base import Readout, register_model
+from ._model import AbstractModel
 from ._params import Rows, param
 
 

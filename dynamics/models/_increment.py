@@ -26,10 +26,10 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._steps import StepSizes
-from ._base import AbstractModel, GramState
+from ._base import GramState, ModelBase
 
 
-def assemble(model: AbstractModel, steps: StepSizes, state: GramState,
+def assemble(model: ModelBase, steps: StepSizes, state: GramState,
              GL: Float[Array, "S P"], GG: Float[Array, "S S"], gparams: Mapping[str, Array], *,
              sgd_noise: bool = True) -> GramState:
     """The increment `U` (or its mean) from `GL = G λᵀ`, `GG = G Gᵀ` and the parameter
@@ -48,7 +48,7 @@ def assemble(model: AbstractModel, steps: StepSizes, state: GramState,
     return GramState(gram=d, params=dparams)
 
 
-def sample_gradients(model: AbstractModel, params: Mapping[str, Array],
+def sample_gradients(model: ModelBase, params: Mapping[str, Array],
                      lam: Float[Array, " P"], xi: Float[Array, ""]
                      ) -> tuple[Float[Array, " S"], dict[str, Array]]:
     """`(G, ∂ℓ/∂params)` of one sample, `G_i = ∂ℓ/∂λ_i` (autodiff of the model's loss), from
@@ -60,7 +60,7 @@ def sample_gradients(model: AbstractModel, params: Mapping[str, Array],
     return G, gp
 
 
-def sample_increment(model: AbstractModel, steps: StepSizes, state: GramState,
+def sample_increment(model: ModelBase, steps: StepSizes, state: GramState,
                      lam: Float[Array, " P"], xi: Float[Array, ""], *,
                      sgd_noise: bool = True) -> GramState:
     """`U` for one sample: the fields `lam` of all rows (students first) and the label noise's
@@ -79,7 +79,7 @@ def _grid(*ranges: int) -> np.ndarray:
     return np.stack(np.meshgrid(*[np.arange(r) for r in ranges], indexing="ij"), axis=-1)
 
 
-def exact_moments(model: AbstractModel, state: GramState, *, sgd_noise: bool = True
+def exact_moments(model: ModelBase, state: GramState, *, sgd_noise: bool = True
                   ) -> tuple[Array, Array, dict[str, Array]]:
     """`(E[G λᵀ], E[G Gᵀ], E[∂ℓ/∂p])` in closed form for a model with a [`Readout`][]
     structure whose unit gives the integrals `I2, I3, I4, J2` (`docs/committee.md`). With

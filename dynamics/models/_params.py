@@ -239,7 +239,7 @@ class _TrainingBase(_Section):
 def _moves_scalars(cls: Any) -> bool:
     """Whether a model class can train scalar parameters (it defines `trained`)."""
     return any("trained" in vars(c) for c in cls.__mro__[:-1]
-               if c.__name__ != "AbstractModel")
+               if c.__name__ not in ("AbstractModel", "ModelBase"))
 
 
 @functools.cache

@@ -11,11 +11,11 @@ from jaxtyping import Array, Float
 from .._linalg import psd_sqrt
 from ..expectations import AbstractNodes, exact_rule
 from ..units import AbstractUnit
-from ._base import AbstractModel, GramState
+from ._base import GramState, ModelBase
 from ._increment import _grid, _sub
 
 
-def exact_risk_nodes(model: AbstractModel) -> AbstractNodes | None:
+def exact_risk_nodes(model: ModelBase) -> AbstractNodes | None:
     """Gauss–Hermite nodes over the `P` fields on which the risk of a polynomial model
     (`AbstractModel.polynomial_degree`) is exact, error estimate included; None for other
     models, or when the rule would be too large."""
@@ -26,13 +26,13 @@ def exact_risk_nodes(model: AbstractModel) -> AbstractNodes | None:
     return None if rule is None else rule.nodes(model.n_rows)
 
 
-def has_closed_risk(model: AbstractModel) -> bool:
+def has_closed_risk(model: ModelBase) -> bool:
     """Whether [`model_risk`][] is exact for `model` (a readout whose unit gives `I2`)."""
     ro = model.readout(model.limit_state().params)
     return ro is not None and type(ro.unit).i2 is not AbstractUnit.i2
 
 
-def model_risk(model: AbstractModel, state: GramState, nodes: AbstractNodes | None = None
+def model_risk(model: ModelBase, state: GramState, nodes: AbstractNodes | None = None
                ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """`(ε_g, its error)` at one state: exact (error 0) where `has_closed_risk`, exact on
     `exact_risk_nodes` for a polynomial model, else by `nodes` over the `P` fields

@@ -18,14 +18,14 @@ from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
 from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
-from ..hooks import curve_keys, field_of, learning_curve_of, ode_info, start_of, state_risk
-from ..models import AbstractModel, GramState, model_risk
+from ..models._base import GramState, ModelBase
+from ..models._risk import model_risk
 from ._backend import backend_of
 from ._curve import curve_solver
 from ._integrate import solve, traced_values
 
 
-def model_field(cfg: Config, model: AbstractModel | None = None,
+def model_field(cfg: Config, model: ModelBase | None = None,
                 backend: AbstractExpectation | None = None, *,
                 sgd_noise: bool | None = None, max_group: int = MAX_GROUP) -> AbstractField:
     """The drift of a model's config: closed forms (`ode.expectation = "exact"`) or the
@@ -41,32 +41,8 @@ def model_field(cfg: Config, model: AbstractModel | None = None,
                             max_group=max_group)
 
 
-@field_of.register(AbstractModel)
-def _field(model: AbstractModel, cfg: Config, backend: AbstractExpectation | None, *,
-           sgd_noise: bool,
-           max_group: int) -> AbstractField:
-    return model_field(cfg, model, backend, sgd_noise=sgd_noise, max_group=max_group)
 
-
-@start_of.register(AbstractModel)
-def _start(model: AbstractModel, cfg: Config) -> GramState:
-    return model_start(cfg, model)
-
-
-@state_risk.register(AbstractModel)
-def _state_risk(model: AbstractModel, cfg: Config, states: GramState, backend: Any = None
-                ) -> tuple[np.ndarray, np.ndarray]:
-    del backend     # the risk's own rule (closed form, or its Monte Carlo nodes) in any case
-    return states_risk(model, states, risk_rule(cfg))
-
-
-@ode_info.register(AbstractModel)
-def _ode_info(model: AbstractModel, cfg: Config, field: AbstractField) -> dict[str, Any]:
-    del model, cfg, field
-    return {}
-
-
-def init_start(model: AbstractModel, init: Any, key: Array, dim: int) -> GramState:
+def init_start(model: ModelBase, init: Any, key: Array, dim: int) -> GramState:
     """The start that an `[ode] init` value names: one random initialization at `dim`
     (`"random"`), its D → ∞ limit (`"symmetric"`), or named order parameters (a table, or
     its [`frozen_init`][] form), the rest from the D → ∞ limit."""
@@ -77,7 +53,7 @@ def init_start(model: AbstractModel, init: Any, key: Array, dim: int) -> GramSta
     return model.initial_state(key, dim)
 
 
-def named_start(cfg: Config, model: AbstractModel | None = None) -> GramState | None:
+def named_start(cfg: Config, model: ModelBase | None = None) -> GramState | None:
     """The start of `[ode] init` when it names order parameters (the SDE's paths and SGD's
     seeds start there too); None for `"random"` and `"symmetric"`."""
     if not isinstance(cfg.ode.init, dict):
@@ -97,7 +73,7 @@ def frozen_init(init: Any) -> Any:
     return tuple(sorted((k, freeze(v)) for k, v in init.items()))
 
 
-def model_start(cfg: Config, model: AbstractModel | None = None,
+def model_start(cfg: Config, model: ModelBase | None = None,
                 key: Array | None = None, dim: int | None = None) -> GramState:
     """The start of `[ode] init`: one random initialization at `sim.dim` (`"random"`), its
     D → ∞ limit (`"symmetric"`), or named order parameters, the rest from that limit."""
@@ -114,7 +90,7 @@ def risk_rule(cfg: Config) -> MonteCarlo:
     return MonteCarlo(samples=cfg.sim.risk_samples, seed=cfg.ode.seed)
 
 
-def states_risk(model: AbstractModel, states: GramState, rule: MonteCarlo
+def states_risk(model: ModelBase, states: GramState, rule: MonteCarlo
                 ) -> tuple[np.ndarray, np.ndarray]:
     """`ε_g` and its error at every state of `states` (any leading batch axes)."""
     batch = states.gram.shape[:-2]
@@ -242,23 +218,11 @@ def _set(field: Any, target: str, sel, value) -> Any:
 
 def curve_from_config(cfg: Config, **options: Any) -> Any:
     """The differentiable learning curve of a config (`options`: `adjoint`, `checkpoints`,
-    `times`): [`ModelCurve`][] for a model of the family, the model's own otherwise
-    ([`headflow.dynamics.models.attention.LearningCurve`][] for the attention model)."""
-    return learning_curve_of(cfg.build_model(), cfg, **options)
+    `times`): the model's `learning_curve` ([`ModelCurve`][] for a model of the family,
+    [`headflow.dynamics.models.attention.LearningCurve`][] for the attention model)."""
+    return cfg.build_model().learning_curve(cfg, **options)
 
 
 def differentiable_keys(cfg: Config) -> tuple[str, ...]:
     """The config keys that the learning curve of `cfg` differentiates through."""
-    return curve_keys(cfg.build_model(), cfg)
-
-
-@learning_curve_of.register(AbstractModel)
-def _curve(model: AbstractModel, cfg: Config, **options: Any) -> ModelCurve:
-    del model
-    return ModelCurve.from_config(cfg, **options)
-
-
-@curve_keys.register(AbstractModel)
-def _curve_keys(model: AbstractModel, cfg: Config) -> tuple[str, ...]:
-    steps = StepSizes.from_config(cfg.training)
-    return tuple(k for k, _, _ in model.hyperparameters(cfg.training, steps))
+    return cfg.build_model().curve_keys(cfg)

@@ -1,5 +1,6 @@
 """Integrating the ODEs of a configuration: the `headflow ode` engine, the same for every model
-(what is model-specific comes through `headflow.dynamics.hooks`)."""
+(what is model-specific comes from the model's methods: `vector_field`, `ode_start`,
+`ode_state`, `state_risk`, `ode_info`)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
 from .._steps import StepSizes
-from ..hooks import field_of, ode_info, ode_state, start_of, state_risk
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation
 from ..fields import MAX_GROUP, AbstractField
@@ -193,12 +193,12 @@ def build_field(cfg: Config, model: Any = None, backend: AbstractExpectation | N
     model = cfg.build_model() if model is None else model
     backend = ode_backend(cfg) if backend is None else backend
     noise = cfg.ode.sgd_noise if sgd_noise is None else bool(sgd_noise)
-    return field_of(model, cfg, backend, sgd_noise=noise, max_group=max_group)
+    return model.vector_field(cfg, backend, sgd_noise=noise, max_group=max_group)
 
 
 def initial_state(cfg: Config, model: Any = None) -> Any:
     """The start described by `[ode] init` (see the config docs)."""
-    return start_of(cfg.build_model() if model is None else model, cfg)
+    return (cfg.build_model() if model is None else model).ode_start(cfg)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +207,7 @@ class ODEProblem:
     step sizes `steps`, the vector `field`, the `integrator`, the `start`, the save `times`,
     the expectation `backend` of the risk along the trajectory (None: closed forms), and the
     `sizing` of `[ode] samples = "auto"` (empty when not sized), and `cfg`, the config with
-    `samples` resolved (the hooks that report on the run read it)."""
+    `samples` resolved (the model's methods that report on the run read it)."""
 
     cfg: Config
     model: Any
@@ -228,7 +228,7 @@ def build(cfg: Config, start: Any = None, times=None,
     final risk). The one place where the config's strings become objects for the ODE."""
     model = cfg.build_model()
     start = initial_state(cfg, model) if start is None else start
-    start = as_float64(ode_state(model, cfg, start))
+    start = as_float64(model.ode_state(cfg, start))
     model.check_state(start)
     times = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
     cfg, sizing = sized(cfg, model, start, times, quantity)
@@ -249,12 +249,12 @@ def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
     """Integrate `problem` and evaluate the risk and the field's error along the way."""
     p = problem
     sol = integrate(p.field, p.start, p.times, p.integrator, progress=progress)
-    risk, err = state_risk(p.model, p.cfg, sol.overlaps, p.backend)
+    risk, err = p.model.state_risk(p.cfg, sol.overlaps, p.backend)
     every = max(1, (len(p.times) - 1) // 8)
     measured = relative_error(p.field, jax.tree.map(lambda x: x[::every], sol.overlaps))
     exact = p.backend is None
     accuracy = {**p.sizing, "samples": None if exact else int(p.cfg.ode.samples),
-                "expectation": p.cfg.ode.expectation, **ode_info(p.model, p.cfg, p.field),
+                "expectation": p.cfg.ode.expectation, **p.model.ode_info(p.cfg, p.field),
                 "relative_error_max": float(measured.max()),
                 "relative_error_median": float(np.median(measured))}
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),

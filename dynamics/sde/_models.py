@@ -23,8 +23,9 @@ from ..expectations import (
     MonteCarlo,
 )
 from ..fields import AbstractField, exact_backend, model_nodes, sample_fields
-from ..hooks import sde_curve_of, sde_terms, start_sampler
-from ..models import AbstractModel, GramState, model_risk, sample_increment
+from ..models._base import GramState, ModelBase
+from ..models._increment import sample_increment
+from ..models._risk import model_risk
 from ..ode import adjoint_of, model_field, named_start, risk_rule, traced_values
 from ..ode._models import _get, _set, as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
@@ -41,7 +42,7 @@ class ModelDiffusion(AbstractDiffusion):
     at finite D) and the scalar parameters.
     """
 
-    model: AbstractModel
+    model: ModelBase
     steps: StepSizes
     nodes: AbstractNodes
     template: GramState
@@ -51,7 +52,7 @@ class ModelDiffusion(AbstractDiffusion):
     """The node count of the rule the diffusion was built on (reported by `run_sde`)."""
 
     @classmethod
-    def build(cls, model: AbstractModel, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: ModelBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True) -> ModelDiffusion:
         return cls(model=model, steps=steps, nodes=model_nodes(model, backend),
                    template=model.limit_state(), sgd_noise=sgd_noise,
@@ -113,7 +114,7 @@ PILOT_SAMPLES = 1 << 14
 """Monte Carlo nodes of the pilot that measures the increments' kurtosis."""
 
 
-def noise_rule(model: AbstractModel, cfg: Config, steps: StepSizes) -> AbstractExpectation:
+def noise_rule(model: ModelBase, cfg: Config, steps: StepSizes) -> AbstractExpectation:
     """The nodes of a model's diffusion when `[sde] samples_noise` is not set: for a
     polynomial model under `[ode] expectation = "exact"`, the Gauss–Hermite rule that makes
     the covariance of the increments exact ([`headflow.dynamics.fields.exact_backend`][]);
@@ -135,10 +136,9 @@ def noise_rule(model: AbstractModel, cfg: Config, steps: StepSizes) -> AbstractE
     return MonteCarlo(samples=_power_of_two(n), seed=cfg.ode.seed)
 
 
-@sde_terms.register(AbstractModel)
-def _sde_terms(model: AbstractModel, cfg: Config, drift_backend: AbstractExpectation | None,
-               noise_backend: AbstractExpectation | None
-               ) -> tuple[AbstractField, ModelDiffusion]:
+def model_sde_terms(model: ModelBase, cfg: Config, drift_backend: AbstractExpectation | None,
+                    noise_backend: AbstractExpectation | None
+                    ) -> tuple[AbstractField, ModelDiffusion]:
     """The drift of the model's ODE (`[ode]`: closed forms, or `drift_backend`'s nodes) with its
     `η²` terms, and the diffusion on `noise_backend`'s nodes of all fields (None: those of
     [`noise_rule`][])."""
@@ -155,8 +155,9 @@ def _fixed_start(state: GramState, key: Any, dim: Any) -> GramState:
     return state
 
 
-@start_sampler.register(AbstractModel)
-def _start_sampler(model: AbstractModel, cfg: Config) -> Partial:
+def model_start_sampler(model: ModelBase, cfg: Config) -> Partial:
+    """A pytree callable `sample(key, dim)`: the start of every path that `[ode] init`
+    names, else one random initialization at `dim` (exact in law, as SGD starts)."""
     named = named_start(cfg, model)
     if named is not None:               # `[ode] init` names the start: every path from there
         return Partial(_fixed_start, named)
@@ -244,14 +245,8 @@ class ModelSDECurve(eqx.Module):
         return jnp.mean(self.paths(params), axis=0)
 
 
-@sde_curve_of.register(AbstractModel)
-def _sde_curve(model: AbstractModel, cfg: Config, **options: Any) -> ModelSDECurve:
-    del model
-    return ModelSDECurve.from_config(cfg, **options)
-
-
 def sde_curve_from_config(cfg: Config, **options: Any) -> Any:
     """The SDE ensemble's mean learning curve of a config (`options`: `paths`, `dim`, `times`,
-    `adjoint`): [`ModelSDECurve`][] for a model of the family, the model's own otherwise
-    ([`headflow.dynamics.models.attention.SDECurve`][] for the attention model)."""
-    return sde_curve_of(cfg.build_model(), cfg, **options)
+    `adjoint`): the model's `sde_curve` ([`ModelSDECurve`][] for a model of the family,
+    [`headflow.dynamics.models.attention.SDECurve`][] for the attention model)."""
+    return cfg.build_model().sde_curve(cfg, **options)

@@ -1,5 +1,6 @@
 """Ensembles of SDE paths of a configuration: the `headflow sde` engine, the same for every
-model (what is model-specific comes through `headflow.dynamics.hooks`)."""
+model (what is model-specific comes from the model's methods: `sde_terms`, `start_sampler`,
+`check_dim`, `state_risk`)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ import numpy as np
 from jaxtyping import Array, Bool, Float, Key
 
 from .._errors import HeadflowError, require_x64
-from ..hooks import check_dim, sde_terms, start_sampler, state_risk
 from .._stop import check_stop
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
@@ -122,7 +122,7 @@ def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
         cfg.ode.expectation, drift_samples(cfg), seed=cfg.ode.seed)      # closed forms: None
     noise = (None if cfg.sde.samples_noise is None        # the model's own rule
              else MonteCarlo(samples=int(cfg.sde.samples_noise), seed=cfg.ode.seed))
-    drift, diffusion = sde_terms(model, cfg, drift_backend, noise)
+    drift, diffusion = model.sde_terms(cfg, drift_backend, noise)
     return OverlapSDE(drift=drift, diffusion=diffusion,
                       inv_sqrt_dim=jnp.asarray(1.0 / np.sqrt(dim), jnp.float64),
                       noise=cfg.sde.noise)
@@ -138,7 +138,7 @@ def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,
     """One exact random initialization at dimension `dim` per key (the law SGD starts from),
     in the SDE's coordinates (`diffusion.flatten`; default: that of [`build_sde`][])."""
     diffusion = build_sde(cfg, dim, model).diffusion if diffusion is None else diffusion
-    return _initial(start_sampler(model, cfg), diffusion, keys, int(dim))
+    return _initial(model.start_sampler(cfg), diffusion, keys, int(dim))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +171,7 @@ def sde_setup(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     model = cfg.build_model()
     D = cfg.sim.dim if dim is None else int(dim)
     N = cfg.sde.paths if paths is None else int(paths)
-    check_dim(model, D)
+    model.check_dim(D)
     if N < 1:
         raise HeadflowError(f"--paths {N}: must be >= 1")
     ts = cfg.save_times() if times is None else np.asarray(times, dtype=np.float64)
@@ -242,7 +242,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     ok = np.asarray(valid)
     first = np.where(ok.all(axis=1), np.nan, times[np.argmin(ok, axis=1)])
     states = jax.vmap(jax.vmap(sde.diffusion.unflatten))(y)
-    risk, err = state_risk(model, cfg, states)
+    risk, err = model.state_risk(cfg, states)
     exact = cfg.ode.expectation == "exact"
     info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,

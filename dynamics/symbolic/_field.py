@@ -8,7 +8,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from .._model import Model
+from .._model import AttentionBase
 from .._overlaps import FieldLaw, Overlaps
 from .._risk import over_theta, split_key_normals
 from .._steps import StepSizes
@@ -33,7 +33,7 @@ class SymbolicField(AbstractField):
     `"scalar"` (every entry unrolled through `sympy.lambdify`; small cases only).
     """
 
-    model: Model
+    model: AttentionBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
@@ -43,7 +43,7 @@ class SymbolicField(AbstractField):
     manifold_form: ClassVar[bool] = True
 
     @classmethod
-    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: AttentionBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP,
               style: str = "einsum") -> SymbolicField:
         """**Arguments:** as for `ManifoldField.build` (the same nodes). **Returns:** the field

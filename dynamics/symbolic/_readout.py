@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import sympy as sp
 
-from ..models import AbstractModel, GramState
+from ..models._base import GramState, ModelBase
 
 I2, I3, I4, J2 = (sp.Function(n) for n in ("I2", "I3", "I4", "J2"))
 """The Gaussian integrals, applied to unit numbers 1…K (students), K+1…K+M (teachers):
@@ -126,7 +126,7 @@ def _compiled(K: int, M: int):
     return fn, table, len(atoms)
 
 
-def readout_rhs(model: AbstractModel, lr, lr_c, state: GramState) -> GramState:
+def readout_rhs(model: ModelBase, lr, lr_c, state: GramState) -> GramState:
     """The derived right-hand side at `state` (`lr` = η, `lr_c` = η_c the readout's step; no
     weight decay, batch 1), each integral from the unit's closed form: `dΩ` (teacher block 0)
     and `d params` (only the readout parameter, when trained)."""

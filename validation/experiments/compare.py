@@ -18,7 +18,6 @@ from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escap
                                         head_spread)
 from headflow.dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
                                    model_arrays, run_ode, solve, traced_values)
-from headflow.dynamics.hooks import ode_state, state_risk
 from headflow.dynamics.sde import SDEResult, run_sde
 from headflow.sims import SGDResult, run_sgd
 
@@ -427,7 +426,7 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
     naming the first seed whose ODE diverged or hit `ode.max_steps`."""
     model = cfg.build_model()
     starts = jax.tree.map(lambda x: jnp.asarray(x[:, 0], jnp.float64), sgd.overlaps)
-    starts = jax.vmap(lambda o: ode_state(model, cfg, o))(starts)
+    starts = jax.vmap(lambda o: model.ode_state(cfg, o))(starts)
     for i, seed in enumerate(sgd.seeds):
         model.check_state(jax.tree.map(lambda x, i=i: np.asarray(x[i]), starts),
                           what=f"initial overlaps of seed {seed}")
@@ -437,7 +436,7 @@ def run_ode_per_seed(cfg: Config, sgd: SGDResult) -> ODEEnsemble:
     ys, result, steps = jax.block_until_ready(
         _solve_seeds(traced_values(p.field), starts, jnp.asarray(times), integrator))
     _explain_seeds(sgd, ys, result, times, integrator)
-    risk, err = state_risk(model, p.cfg, ys, p.backend)
+    risk, err = model.state_risk(p.cfg, ys, p.backend)
     return ODEEnsemble(t=times, overlaps=ys, risk=np.asarray(risk), risk_err=np.asarray(err),
                        num_steps=tuple(int(n) for n in np.asarray(steps)), model=model)
 

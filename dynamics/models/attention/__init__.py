@@ -1,7 +1,7 @@
 """The attention model (`[model] kind = "attention"`, `docs/model.md`): the multi-head
-single-location model and the structure its theory exploits beyond the generic engine of
-[`headflow.dynamics.models`][]. Its state is [`headflow.dynamics.Overlaps`][]; its predictor is
-[`headflow.dynamics.Model`][]. Here:
+single-location model, [`Model`][] (also `headflow.dynamics.Model`), a member of the family
+([`headflow.dynamics.models.AbstractModel`][]) whose state is [`headflow.dynamics.Overlaps`][],
+and the structure its theory exploits beyond the generic engine. Here:
 
 - the vector fields: the reduced form on the invariant manifold ([`ManifoldField`][]), the
   full local-field form ([`FullField`][]), the sampled form of the SDE
@@ -12,9 +12,8 @@ single-location model and the structure its theory exploits beyond the generic e
 - the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
 - its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]).
 
-Importing `dynamics` registers these with the generic runs (`headflow.dynamics.hooks`), so
-`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde` and `headflow.sims.run_sgd` run it
-like any model.
+[`Model`][]'s methods hand these to the generic runs (`headflow.dynamics.ode.run_ode`,
+`headflow.dynamics.sde.run_sde`, `headflow.sims.run_sgd`), which run it like any model.
 """
 
 from ._nodes import full_dims as full_dims
@@ -45,4 +44,4 @@ from ._ode import field_class as field_class
 from ._ode import resolved_rhs as resolved_rhs
 from ._ode import trajectory_risk as trajectory_risk
 from ._sde_curve import SDECurve as SDECurve
-from . import _sde as _sde  # registers the SDE hooks  # noqa: I001
+from ._model import Model as Model

@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from ..._errors import ConfigError, require_x64
-from ..._model import Model
+from ..._model import AttentionBase
 from ..._overlaps import Overlaps
 from ..._risk import population_risk, risk_nodes
 from ..._schedule import Schedule
@@ -51,9 +51,9 @@ def param_defaults(cfg: Config, steps: StepSizes) -> dict[str, np.ndarray]:
     return {k: np.asarray(v, dtype=np.float64) for k, v in base.items()}
 
 
-def substitute(params: Mapping[str, ArrayLike], base: Mapping[str, Any], model: Model,
+def substitute(params: Mapping[str, ArrayLike], base: Mapping[str, Any], model: AttentionBase,
                steps: StepSizes, amplitude: float
-               ) -> tuple[Model, StepSizes, dict[str, Array]]:
+               ) -> tuple[AttentionBase, StepSizes, dict[str, Array]]:
     """`(model, steps, p)` with `params` substituted: `p` holds every parameter of `base`
     ([`param_defaults`][]), from `params` where given (float64, possibly traced); the step
     sizes, schedules' knot values, weight decay, label noise and prior amplitude (a factor
@@ -118,7 +118,7 @@ class LearningCurve(eqx.Module):
     integrator: Integrator
     adjoint: dfx.AbstractAdjoint
     key: PRNGKeyArray
-    start_model: Model
+    start_model: AttentionBase
     base: dict[str, Any]
     amplitude: float = eqx.field(static=True)
     dim: int = eqx.field(static=True)

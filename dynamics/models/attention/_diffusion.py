@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from ..._model import SIGNAL, Model
+from ..._model import SIGNAL, AttentionBase
 from ..._overlaps import FieldLaw, Overlaps
 from ..._steps import StepSizes
 from ...expectations import AbstractExpectation, AbstractNodes
@@ -62,7 +62,7 @@ def unflatten(y: Float[Array, " p"], H: int, F: int) -> Overlaps:
 
 # -- the per-sample increments and their covariance -------------------------------------------
 
-def increments(model: Model, steps: StepSizes, ov: Overlaps, nodes: AbstractNodes, *,
+def increments(model: AttentionBase, steps: StepSizes, ov: Overlaps, nodes: AbstractNodes, *,
                sgd_noise: bool = True) -> tuple[Float[Array, "n S p"], Float[Array, "n S"]]:
     """The per-sample increments `U` ([`sample_increment`][], flattened) at every
     node of all fields and every support point of θ, with their weights.
@@ -101,13 +101,13 @@ class Diffusion(AbstractDiffusion):
     `sgd_noise` (keep the `η²` term in `U`).
     """
 
-    model: Model
+    model: AttentionBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
 
     @classmethod
-    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: AttentionBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP) -> Diffusion:
         """With `backend`'s nodes over all fields, closed under head permutations (so `Σ` is
         exactly equivariant under permutations of the heads)."""

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..._model import SIGNAL, Model, ValueMoments
+from ..._model import SIGNAL, AttentionBase, ValueMoments
 from ..._overlaps import FieldLaw, Overlaps
 from ..._risk import over_theta, split_key_normals
 from ..._steps import StepSizes
@@ -20,7 +20,7 @@ from ...fields._moments import fourth_moment, third_moment
 from ._nodes import MAX_GROUP, key_nodes
 
 
-def assemble(model: Model, steps: StepSizes, sgd_noise: bool, ov: Overlaps,
+def assemble(model: AttentionBase, steps: StepSizes, sgd_noise: bool, ov: Overlaps,
              E: dict[str, Array]) -> Overlaps:
     """`dΩ/dt` and `db/dt` of the generic local-field ODE from the expectations
     `TST = E[Σ_ℓ G_ℓ λ*_ℓᵀ]` (2H × (F+1)), `TSS = E[Σ_ℓ G_ℓ λ_ℓᵀ]` (2H × 2H),
@@ -45,7 +45,7 @@ def assemble(model: Model, steps: StepSizes, sgd_noise: bool, ov: Overlaps,
     return Overlaps.from_student_rows(rows, -steps.lr_bias * E["gb"], model.F)
 
 
-def value_integrated_terms(model: Model, law: FieldLaw, chi_star: Float[Array, "F L"],
+def value_integrated_terms(model: AttentionBase, law: FieldLaw, chi_star: Float[Array, "F L"],
                            chi: Float[Array, "H L"], g_perp: Float[Array, "H L"],
                            b: Float[Array, " H"], sgd_noise: bool) -> dict[str, Array]:
     """The expectations of [`assemble`][] given the key fields, with the value fields
@@ -128,7 +128,7 @@ class FullField(AbstractField):
     for [`SampledFullField`][], with a smaller error at the same number of nodes.
     """
 
-    model: Model
+    model: AttentionBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
@@ -137,7 +137,7 @@ class FullField(AbstractField):
     manifold_form: ClassVar[bool] = False
 
     @classmethod
-    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: AttentionBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP) -> FullField:
         """The field with `backend`'s nodes over the key fields, closed under head
         permutations."""

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..._model import SIGNAL, Model, ValueMoments
+from ..._model import SIGNAL, AttentionBase, ValueMoments
 from ..._overlaps import FieldLaw, Overlaps
 from ..._risk import over_theta, split_key_normals
 from ..._steps import StepSizes
@@ -36,7 +36,7 @@ class ManifoldField(AbstractField):
     Gaussian factors `(ŷ − y)` and `Σ z J` of `G^χ`.
     """
 
-    model: Model
+    model: AttentionBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
@@ -45,7 +45,7 @@ class ManifoldField(AbstractField):
     manifold_form: ClassVar[bool] = True
 
     @classmethod
-    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: AttentionBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP) -> ManifoldField:
         """The field with `backend`'s nodes over the key fields, closed under the head
         permutations (all of them while `H! ≤ max_group`, else the cyclic shifts)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._model import Model
+from ..._model import AttentionBase
 from ..._risk import key_dims
 from ...expectations import AbstractExpectation, AbstractNodes
 from ...fields import MAX_GROUP, Group, product_group, row_group, unit_permutations
@@ -18,13 +18,13 @@ def head_permutations(H: int, max_group: int = MAX_GROUP) -> np.ndarray:
     return unit_permutations(H, max_group)
 
 
-def g_perp_block(model: Model) -> tuple[int, int]:
+def g_perp_block(model: AttentionBase) -> tuple[int, int]:
     """Where the per-head normals `g⊥` (a `(H, L)` block) sit in a key node: after θ's node
     coordinates and the teacher's `g*` (see `headflow.dynamics._risk.split_key_normals`)."""
     return model.prior.n_node_dims + model.L * model.F, model.H
 
 
-def feature_group(model: Model, dim: int, max_group: int = MAX_GROUP) -> Group:
+def feature_group(model: AttentionBase, dim: int, max_group: int = MAX_GROUP) -> Group:
     """The prior's feature group acting on the teacher's key normals `g*` (rows = features):
     a sign flip of feature f negates its row, an exchange permutes rows. Exact because every
     integrand depends on θ and `g*` only through `χ* = θ δ_{ℓ1} + g*` and the θ average is
@@ -38,7 +38,7 @@ def feature_group(model: Model, dim: int, max_group: int = MAX_GROUP) -> Group:
     return row_group(dim, 0, model.L, perm, signs)
 
 
-def node_group(model: Model, dim: int, *, values: bool, features: bool = True,
+def node_group(model: AttentionBase, dim: int, *, values: bool, features: bool = True,
                max_group: int = MAX_GROUP) -> Group:
     """The group the nodes of dimension `dim` are closed under: the head permutations (of
     `g⊥` and, with `values`, of the value normals that follow the key block) times, with
@@ -55,7 +55,7 @@ def node_group(model: Model, dim: int, *, values: bool, features: bool = True,
     return product_group(heads, feature_group(model, dim, max_group))
 
 
-def key_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
+def key_nodes(model: AttentionBase, backend: AbstractExpectation, *, features: bool = True,
               max_group: int = MAX_GROUP) -> AbstractNodes:
     """Nodes over the key fields (dimension `key_dims(model)`), closed under
     `node_group`."""
@@ -64,13 +64,13 @@ def key_nodes(model: Model, backend: AbstractExpectation, *, features: bool = Tr
                                                  max_group=max_group))
 
 
-def full_dims(model: Model) -> int:
+def full_dims(model: AttentionBase) -> int:
     """Gaussian dimensions of one draw of all fields: the key fields, `g^ν` per token (H value
     fields and the teacher's) and the label noise ξ."""
     return key_dims(model) + model.L * (model.H + 1) + 1
 
 
-def full_nodes(model: Model, backend: AbstractExpectation, *, features: bool = True,
+def full_nodes(model: AttentionBase, backend: AbstractExpectation, *, features: bool = True,
                max_group: int = MAX_GROUP) -> AbstractNodes:
     """Nodes over all fields (dimension `full_dims(model)`), closed under `node_group`
     (heads permute `g⊥` and the value normals together)."""

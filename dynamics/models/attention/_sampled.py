@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from ..._model import SIGNAL, Model
+from ..._model import SIGNAL, AttentionBase
 from ..._overlaps import FieldLaw, Overlaps
 from ..._risk import key_dims, over_theta, split_key_normals
 from ..._steps import StepSizes
@@ -22,7 +22,7 @@ from ._full import assemble
 from ._nodes import MAX_GROUP, full_nodes
 
 
-def split_full_node(model: Model, x: Float[Array, " d"]):
+def split_full_node(model: AttentionBase, x: Float[Array, " d"]):
     """Split one node of dimension `full_dims(model)` into `(θ-normals, g* (F, L), g⊥ (H, L),
     g^ν (H+1, L), ξ)`."""
     H, L = model.H, model.L
@@ -31,7 +31,7 @@ def split_full_node(model: Model, x: Float[Array, " d"]):
     return tn, g_star, g_perp, x[k:k + L * (H + 1)].reshape(H + 1, L), x[-1]
 
 
-def sample_increment(model: Model, steps: StepSizes, ov: Overlaps, law: FieldLaw,
+def sample_increment(model: AttentionBase, steps: StepSizes, ov: Overlaps, law: FieldLaw,
                      x: Float[Array, " d"], theta: Float[Array, " F"], *,
                      sgd_noise: bool = True) -> Overlaps:
     """`U`: D times the change of the overlaps in one online SGD step, for one sample (the
@@ -82,7 +82,7 @@ class SampledFullField(AbstractField):
     reference it is tested against, and for quantities that are not polynomials of low degree
     in the value fields (the covariance of the per-sample increments, `headflow.dynamics.sde`)."""
 
-    model: Model
+    model: AttentionBase
     steps: StepSizes
     nodes: AbstractNodes
     sgd_noise: bool = eqx.field(static=True, default=True)
@@ -91,7 +91,7 @@ class SampledFullField(AbstractField):
     manifold_form: ClassVar[bool] = False
 
     @classmethod
-    def build(cls, model: Model, steps: StepSizes, backend: AbstractExpectation, *,
+    def build(cls, model: AttentionBase, steps: StepSizes, backend: AbstractExpectation, *,
               sgd_noise: bool = True, max_group: int = MAX_GROUP) -> SampledFullField:
         """The field with `backend`'s nodes over all fields, closed under head
         permutations."""

@@ -13,8 +13,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Key
 
 from ..._errors import HeadflowError, require_x64
-from ...hooks import sde_curve_of
-from ..._model import Model
+from ..._model import AttentionBase
 from ..._risk import population_risk, risk_nodes
 from ...config import Config
 from ...expectations import AbstractNodes
@@ -55,7 +54,7 @@ class SDECurve(eqx.Module):
     grid: Float[Array, " K"]
     init_keys: Key[Array, " N"]
     bm_keys: Key[Array, " N"]
-    start_model: Model
+    start_model: AttentionBase
     base: dict[str, Any]
     adjoint: dfx.AbstractAdjoint
     amplitude: float = eqx.field(static=True)
@@ -118,8 +117,3 @@ class SDECurve(eqx.Module):
         finite)."""
         return jnp.mean(self.paths(params), axis=0)
 
-
-@sde_curve_of.register(Model)
-def _sde_curve(model: Model, cfg: Config, **options: Any) -> SDECurve:
-    del model
-    return SDECurve.from_config(cfg, **options)

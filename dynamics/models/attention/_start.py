@@ -7,13 +7,13 @@ import jax.random as jr
 import equinox as eqx
 from jaxtyping import Array, Float, PRNGKeyArray
 
-from ..._model import Model
+from ..._model import AttentionBase
 from ..._overlaps import Overlaps
 from ..._teacher import make_teacher
 from ..._weights import init_weights
 
 
-def symmetric_start(model: Model, *, key_std: float | Float[Array, ""],
+def symmetric_start(model: AttentionBase, *, key_std: float | Float[Array, ""],
                     value_std: float | Float[Array, ""],
                     bias: float | Float[Array, ""]) -> Overlaps:
     """The D → ∞ limit of the random initialization: `m = 0, n = 0, q = σ_k² I, s = σ_v² I`.
@@ -25,7 +25,7 @@ def symmetric_start(model: Model, *, key_std: float | Float[Array, ""],
                              b=jnp.full((H,), bias))
 
 
-def random_start(model: Model, key: PRNGKeyArray, dim: int, *,
+def random_start(model: AttentionBase, key: PRNGKeyArray, dim: int, *,
                  key_std: float | Float[Array, ""], value_std: float | Float[Array, ""],
                  bias: float | Float[Array, ""]) -> Overlaps:
     """The overlaps of one random initialization at dimension `dim` (exact finite-D law: a random
@@ -41,7 +41,7 @@ def random_start(model: Model, key: PRNGKeyArray, dim: int, *,
     return w.overlaps(teacher)
 
 
-def initial_overlaps(model: Model, key: PRNGKeyArray, dim: int, *, init: str,
+def initial_overlaps(model: AttentionBase, key: PRNGKeyArray, dim: int, *, init: str,
                      key_std: float | Float[Array, ""], value_std: float | Float[Array, ""],
                      bias: float | Float[Array, ""], manifold: bool) -> Overlaps:
     """The start of the ODE that `[ode] init` names: `"symmetric"` ([`symmetric_start`][], with

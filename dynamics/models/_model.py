@@ -1,0 +1,141 @@
+"""The model interface (`docs/models.md#adding-a-model`): [`AbstractModel`][], the mathematics of
+a model ([`ModelBase`][]) together with what the engine computes from it. Every question the
+generic runs (`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde`,
+`headflow.sims.run_sgd`) ask of a model is a method here, with the generic answer of the family
+as its default; a model with more structure to exploit overrides it (the attention model:
+`dynamics/models/attention/`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jax.tree_util import Partial
+
+from .._errors import HeadflowError
+from ..config import Config
+from ..expectations import AbstractExpectation
+from ..fields import MAX_GROUP, AbstractField
+from ..ode._models import ModelCurve, model_field, model_start, risk_rule, states_risk
+from ..sde._diffusion import AbstractDiffusion
+from ..sde._models import ModelSDECurve, model_sde_terms, model_start_sampler
+from .._steps import StepSizes
+from ._base import ModelBase
+
+
+class AbstractModel(ModelBase):
+    """A model of the family, written as its mathematics (`docs/models.md#adding-a-model`).
+
+    A concrete model is a subclass that sets `kind` (its name), declares its Gram layout
+    `rows` ([`Rows`][headflow.dynamics.models.Rows]) and its parameters as fields made with
+    [`param`][headflow.dynamics.models.param], and implements `predict` and `target`.
+    Everything else has a generic default that a model may override with a method of its own.
+
+    **Its mathematics** (the defaults derive from `rows` and the fields):
+
+    - `predict(params, λ)`, `target(params, λ*)` (required): the student's and the teacher's
+      outputs on the fields; `loss` (default `½(ŷ − y)²`);
+    - `n_students`, `n_teachers`, `named(state)`, `limit_state()`, `init_weights(key, dim)`:
+      derived from `rows`;
+    - `noise`: the standard deviation of the label noise, `y = target + σ ζ` (default: the
+      field `noise` when the model declares one, else 0);
+    - `params0()`: the scalar parameters at the start (default: none); `trained`: those SGD
+      moves (step `η_p/D`, the `[training]` key `lr_bias_key`; default: none);
+    - `symmetries()`: the exact sign flips of the model
+      ([`SignFlip`][headflow.dynamics.models.SignFlip]; default: none);
+    - `polynomial_degree()`, `loss_degree()`: the degrees that make its expectations exact
+      (default: none, not a polynomial);
+    - `escape_observable(named)`: what an escape is read from (default: the spread between
+      students, or a single student's alignment);
+    - `with_named(state, values)`: a state with order parameters set by name (`[ode] init`);
+    - `readout(params)`: the [`Readout`][headflow.dynamics.models.Readout] structure, for
+      exact expectations (default: none);
+    - `layout`: which named order parameters the comparisons read
+      ([`headflow.dynamics.Layout`][]);
+    - `hyperparameters(training, steps)`: the differentiable config keys (default: the step
+      sizes, the weight decay and every float field).
+
+    **What the engine computes from it** (the defaults are the family's generic engine):
+    [`vector_field`][], [`ode_start`][], [`ode_state`][], [`state_risk`][], [`ode_info`][],
+    [`learning_curve`][], [`curve_keys`][], [`sde_terms`][], [`start_sampler`][],
+    [`check_dim`][], [`sde_curve`][].
+
+    The `[model]` and `[training]` tables, their validation, `--set`, `headflow models` and
+    the differentiable hyperparameters are derived from the fields (`from_config`). A model is
+    registered by [`headflow.dynamics.models.register_model`][], by an entry point of the group
+    `headflow.models`, or named on the command line as `file.py:Class` or
+    `package.module:Class` ([`headflow.dynamics.models.model_class`][]).
+    """
+
+    # -- the ODE ------------------------------------------------------------------------------
+    def vector_field(self, cfg: Config, backend: AbstractExpectation | None = None, *,
+                     sgd_noise: bool, max_group: int = MAX_GROUP) -> AbstractField:
+        """The ODE's vector field of `cfg` on `backend`'s nodes (None: those of `[ode]`),
+        keeping the `η²` terms when `sgd_noise`. Default: closed forms where `[ode]
+        expectation = "exact"`, else the autodiff field of the increment
+        ([`headflow.dynamics.fields.ModelField`][])."""
+        return model_field(cfg, self, backend, sgd_noise=sgd_noise, max_group=max_group)
+
+    def ode_start(self, cfg: Config) -> Any:
+        """The ODE's start that `[ode] init` names: one random initialization at `sim.dim`,
+        its D → ∞ limit, or named order parameters (the rest from that limit)."""
+        return model_start(cfg, self)
+
+    def ode_state(self, cfg: Config, state: Any) -> Any:
+        """A start of the ODE as the configured vector field reads it (default: unchanged)."""
+        del cfg
+        return state
+
+    def state_risk(self, cfg: Config, states: Any, backend: AbstractExpectation | None = None
+                   ) -> tuple[Any, Any]:
+        """`(risk, its error)` at every state of `states` (any leading batch axes), arrays of
+        the batch shape. `backend`: the ODE's expectation backend when the states are an ODE
+        trajectory; None: the rule SGD and the SDE record the risk with. Default: the closed
+        form or exact rule where the model has one, else `[sim] risk_samples` Monte Carlo
+        nodes of seed `[ode] seed` (common random numbers), in either case."""
+        del backend
+        return states_risk(self, states, risk_rule(cfg))
+
+    def ode_info(self, cfg: Config, field: AbstractField) -> dict[str, Any]:
+        """What the ODE's accuracy report says about the vector field beyond its measured
+        error (default: nothing)."""
+        del cfg, field
+        return {}
+
+    def learning_curve(self, cfg: Config, **options: Any) -> Any:
+        """The differentiable learning curve of `cfg` (options: `adjoint`, `checkpoints`,
+        `times`). Default: [`headflow.dynamics.ode.ModelCurve`][]."""
+        return ModelCurve.from_config(cfg, **options)
+
+    def curve_keys(self, cfg: Config) -> tuple[str, ...]:
+        """The config keys that the learning curve of `cfg` differentiates through (default:
+        those of `hyperparameters`)."""
+        steps = StepSizes.from_config(cfg.training)
+        return tuple(k for k, _, _ in self.hyperparameters(cfg.training, steps))
+
+    # -- the SDE ------------------------------------------------------------------------------
+    def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,
+                  noise_backend: AbstractExpectation | None
+                  ) -> tuple[AbstractField, AbstractDiffusion]:
+        """`(drift, diffusion)` of the SDE: the vector field with its `η²` terms (on
+        `drift_backend`'s nodes), and the diffusion on `noise_backend`'s nodes (None: the
+        default rule, exact for polynomial models, else sized from the increments' kurtosis;
+        `docs/sde.md`)."""
+        return model_sde_terms(self, cfg, drift_backend, noise_backend)
+
+    def start_sampler(self, cfg: Config) -> Partial:
+        """A pytree callable `sample(key, dim)`: the start of one SDE path at dimension `dim`,
+        exact in law at any D (as SGD starts), or the start `[ode] init` names."""
+        return model_start_sampler(self, cfg)
+
+    def check_dim(self, dim: int) -> None:
+        """A [`headflow.dynamics.HeadflowError`][] when `dim` is too small for the model
+        (default: any `dim ≥ 1`)."""
+        if dim < 1:
+            raise HeadflowError(f"--dim {dim}: must be >= 1")
+
+    def sde_curve(self, cfg: Config, **options: Any) -> Any:
+        """The SDE ensemble's mean learning curve of `cfg` as a differentiable function of
+        the hyperparameters (options: `paths`, `dim`, `times`, `adjoint`). Default:
+        [`headflow.dynamics.sde.ModelSDECurve`][]."""
+        return ModelSDECurve.from_config(cfg, **options)
+

@@ -1,0 +1,158 @@
+"""The attention model as a member of the family: [`Model`][], the single-location predictor
+(`headflow.dynamics._model`) with the methods of [`headflow.dynamics.models.AbstractModel`][]
+that it answers with its own structure (the reduced field on the invariant manifold, the
+analytic value integrals, the generated right-hand side, its starts, its risk and its diffusion)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import jax.random as jr
+from jax.tree_util import Partial
+from jaxtyping import Array, Float, Scalar
+
+from ..._errors import HeadflowError
+from ..._model import AttentionBase
+from ..._overlaps import Overlaps
+from ..._steps import StepSizes
+from ..._value_moments import SIGNAL
+from ...activations import get_activation
+from ...config import Config, ModelSection, TrainingSection
+from ...expectations import AbstractExpectation, MonteCarlo
+from ...fields import MAX_GROUP, AbstractField
+from ...ode import risk_rule, traced_values
+from ...ode._backend import backend_of
+from ...sde import noise_samples
+from .._base import register_model
+from .._model import AbstractModel
+from ._curve import PARAMS, LearningCurve
+from ._diffusion import Diffusion
+from ._full import FullField
+from ._ode import field_class, resolved_rhs, trajectory_risk
+from ._sde_curve import SDECurve
+from ._start import initial_overlaps, random_start
+
+
+@register_model
+class Model(AttentionBase, AbstractModel):
+    """The multi-head single-location attention model (`[model] kind = "attention"`,
+    `docs/model.md`), a member of the family: its state is an
+    [`headflow.dynamics.Overlaps`][], its predictor `predict(χ, z, b)` reads the key and value
+    fields of every token, and it overrides the engine's methods where its structure gives
+    more than the generic engine (`docs/models.md#the-attention-model`).
+
+    **Fields:** `L` tokens, `H` heads, `activation`, `prior` (its `F` latent directions), label
+    noise `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False: `v_h` frozen to `v*`)."""
+
+    kind: ClassVar[str] = "attention"
+
+    # -- its config tables --------------------------------------------------------------------
+    @classmethod
+    def section(cls) -> type:
+        """The `[model]` table ([`headflow.dynamics.config.ModelSection`][])."""
+        return ModelSection
+
+    @classmethod
+    def training(cls) -> type:
+        """The `[training]` table ([`headflow.dynamics.config.TrainingSection`][])."""
+        return TrainingSection
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Model:
+        """The model of a validated config: `[model]` and the prior of `[prior]`."""
+        m = cfg.model
+        return cls(L=m.L, H=m.H, activation=get_activation(m.activation),
+                   prior=cfg.build_prior(), noise=float(m.noise), rho=float(m.rho),
+                   train_values=bool(m.train_values))
+
+    def target(self, params: Mapping[str, Array], lam_star: Float[Array, "F1 tokens"]
+               ) -> Scalar:
+        """The teacher's noiseless label on its fields `λ*` (rows: the `F` key directions,
+        then `v*`; columns: the tokens), with the planted latent at the token `SIGNAL`:
+        `y* = v*·x_SIGNAL/√D`, the last row's field at that token."""
+        del params
+        return lam_star[-1, SIGNAL]
+
+    # -- the ODE ------------------------------------------------------------------------------
+    def vector_field(self, cfg: Config, backend: AbstractExpectation | None = None, *,
+                     sgd_noise: bool, max_group: int = MAX_GROUP) -> AbstractField:
+        """The field that `[ode] form` and `[ode] rhs` select ([`field_class`][])."""
+        backend = backend_of(cfg) if backend is None else backend
+        return field_class(cfg, self).build(traced_values(self),
+                                            traced_values(StepSizes.from_config(cfg.training)),
+                                            backend, sgd_noise=sgd_noise, max_group=max_group)
+
+    def ode_start(self, cfg: Config) -> Overlaps:
+        """The start `[ode] init` describes, with the scales of `[training]`."""
+        tr = cfg.training
+        return eqx.filter_jit(initial_overlaps)(
+            self, jr.key(cfg.sim.seed), cfg.sim.dim, init=str(cfg.ode.init),
+            key_std=tr.init_key_std, value_std=tr.init_value_std, bias=tr.init_bias,
+            manifold=cfg.ode.form == "manifold")
+
+    def ode_state(self, cfg: Config, state: Any) -> Overlaps:
+        """The state on the invariant manifold for `[ode] form = "manifold"`."""
+        if not isinstance(state, Overlaps):     # the rest is checked by `build` after this
+            raise HeadflowError(f"initial state: the attention model's state is an Overlaps, "
+                                f"not a {type(state).__name__}")
+        return state.on_manifold() if cfg.ode.form == "manifold" else state
+
+    def state_risk(self, cfg: Config, states: Overlaps,
+                   backend: AbstractExpectation | None = None) -> tuple[Array, Array]:
+        """On the ODE's own nodes and form for a trajectory of it (`backend`); else as SGD
+        records it, `[sim] risk_samples` Monte Carlo nodes of seed `[ode] seed`, all
+        overlaps."""
+        manifold = backend is not None and cfg.ode.form == "manifold"
+        if backend is None:
+            backend = risk_rule(cfg)
+        batch = states.b.shape[:-1]
+        flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch):]), states)
+        risk, err = trajectory_risk(self, flat, backend, manifold=manifold)
+        return jnp.reshape(risk, batch), jnp.reshape(err, batch)
+
+    def ode_info(self, cfg: Config, field: AbstractField) -> dict[str, Any]:
+        """The right-hand side the run used (`"symbolic"` or `"autodiff"`)."""
+        del field
+        return {"rhs": resolved_rhs(cfg, self)}
+
+    def learning_curve(self, cfg: Config, **options: Any) -> LearningCurve:
+        """[`LearningCurve`][]."""
+        return LearningCurve.from_config(cfg, **options)
+
+    def curve_keys(self, cfg: Config) -> tuple[str, ...]:
+        """[`PARAMS`][]."""
+        del cfg
+        return PARAMS
+
+    # -- the SDE ------------------------------------------------------------------------------
+    def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,
+                  noise_backend: AbstractExpectation | None) -> tuple[FullField, Diffusion]:
+        """Drift [`FullField`][] (η² terms kept) and the [`Diffusion`][] of all fields (on
+        `noise_backend`, default [`headflow.dynamics.sde.noise_samples`][] Monte Carlo
+        nodes)."""
+        if noise_backend is None:
+            noise_backend = MonteCarlo(samples=noise_samples(cfg), seed=cfg.ode.seed)
+        mt = traced_values(self)
+        steps = traced_values(StepSizes.from_config(cfg.training))
+        return (FullField.build(mt, steps, drift_backend, sgd_noise=True),
+                Diffusion.build(mt, steps, noise_backend, sgd_noise=True))
+
+    def start_sampler(self, cfg: Config) -> Partial:
+        """[`random_start`][] with the scales of `[training]`."""
+        tr = cfg.training
+        return Partial(random_start, self, key_std=float(tr.init_key_std),
+                       value_std=float(tr.init_value_std), bias=float(tr.init_bias))
+
+    def check_dim(self, dim: int) -> None:
+        """`dim` must exceed `F` (the teacher needs `F + 1` orthogonal directions)."""
+        if dim < self.F + 1:
+            raise HeadflowError(f"--dim {dim}: must exceed model.F = {self.F} (the teacher "
+                                "needs F + 1 orthogonal directions)")
+
+    def sde_curve(self, cfg: Config, **options: Any) -> SDECurve:
+        """[`SDECurve`][]."""
+        return SDECurve.from_config(cfg, **options)
