@@ -7,6 +7,8 @@ the ODEs on sampled Gaussian fields, so theory and simulation can never disagree
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
@@ -41,10 +43,8 @@ class AttentionBase(eqx.Module):
     def F(self) -> int:
         return self.prior.F
 
-    @property
-    def layout(self) -> Layout:
-        """The layout of the attention model's order parameters ([`headflow.dynamics.Layout`][])."""
-        return ATTENTION
+    layout: ClassVar[Layout] = ATTENTION
+    """The layout of the attention model's order parameters ([`headflow.dynamics.Layout`][])."""
 
     def escape_observable(self, named) -> object:
         """The observable whose crossing of the escape threshold is the escape (as for the
@@ -57,8 +57,10 @@ class AttentionBase(eqx.Module):
         arrays)."""
         return ov.arrays()
 
-    def check_state(self, ov, *, what: str = "initial overlaps") -> None:
-        """One-line errors for an unusable state: wrong shapes, non-PSD overlaps."""
+    def check_state(self, state, *, what: str = "initial overlaps", tol: float = 1e-9) -> None:
+        """One-line errors for an unusable state: wrong shapes, non-PSD overlaps (smallest
+        eigenvalue below `−tol` times the scale)."""
+        ov = state
         if not isinstance(ov, Overlaps):
             raise HeadflowError(f"{what}: the attention model's state is an Overlaps, not a "
                                 f"{type(ov).__name__}")
@@ -71,7 +73,7 @@ class AttentionBase(eqx.Module):
                 raise HeadflowError(f"{what}: {name} has shape {got} but the config has "
                                     f"H={H}, F={F} (expected {shape}); build the state for this "
                                     "config")
-        ov.check_psd(self.rho, what=what)
+        ov.check_psd(self.rho, what=what, tol=tol)
 
     def attention(self, chi: Float[Array, "heads tokens"],
                   b: Float[Array, " heads"]) -> Float[Array, "heads tokens"]:

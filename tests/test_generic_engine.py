@@ -189,3 +189,21 @@ def test_one_segment_driver():
              if "run_segments" in _code_names(p) and p != driver]
     assert users == ["sims/_models.py", "sims/attention/_chain.py",
                      "sims/attention/_simulate.py"], users
+
+
+def test_hyperparameters_read_and_replace_their_leaves():
+    """A model's `Hyperparameter`s set the leaves their keys name in a vector field: the step
+    `training.lr` sets `η` and the readout's step with it (no `lr_second` given), a float
+    field sets the model's, and each reads back what it set."""
+    cfg = load_config(CONFIGS / "committee.toml")
+    model = cfg.build_model()
+    field = model.vector_field(cfg, sgd_noise=True)
+    hps = {h.key: h for h in model.hyperparameters(cfg.training, field.steps)}
+    assert {"training.lr", "training.weight_decay", "model.noise"} <= set(hps)
+    lr = hps["training.lr"].set(field, 0.375)
+    assert float(lr.steps.lr) == 0.375 and float(lr.steps.lr_bias) == 0.375
+    assert float(hps["training.lr"].get(lr)) == 0.375
+    assert float(lr.model.noise) == float(field.model.noise)
+    noisy = hps["model.noise"].set(field, 0.25)
+    assert float(noisy.model.noise) == 0.25 and float(noisy.steps.lr) == float(field.steps.lr)
+    assert float(hps["model.noise"].get(noisy)) == 0.25

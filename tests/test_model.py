@@ -67,6 +67,21 @@ def test_predict_and_loss_definitions(activation):
     np.testing.assert_allclose(model.loss(chi, z, b, y), 0.5 * (yhat - float(y)) ** 2, rtol=1e-13)
 
 
+def test_target_is_the_label_of_the_data():
+    """`Model.target` on the teacher's fields of a sequence, tokens rolled so that the planted
+    token is `SIGNAL`, is the label `sample_data` draws (noiseless): `y = v*·x_ε/√D`."""
+    model = make_model("softmax", L=4, H=2)
+    D = 64
+    teacher = teacher_for(model, D, seed=3)
+    X, y = sample_data(jr.key(7), teacher, model, 16)
+    lam = jnp.einsum("fd,bld->bfl", teacher.rows(), X) / np.sqrt(D)        # (B, F+1, L)
+    eps = jr.randint(jr.split(jr.key(7), 4)[2], (16,), 0, model.L)     # sample_data's tokens
+    rolled = jax.vmap(lambda la, e: jnp.roll(la, SIGNAL - e, axis=-1))(lam, eps)
+    got = jax.vmap(lambda la: model.target({}, la))(rolled)
+    np.testing.assert_allclose(got, y, rtol=0, atol=1e-12)
+    assert len(set(np.asarray(eps).tolist())) > 1          # the planted token varies
+
+
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_weight_gradients_through_fields(activation, batch):

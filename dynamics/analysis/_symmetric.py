@@ -11,12 +11,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
-from .._model import Model
 from .._overlaps import Overlaps
 from .._steps import StepSizes
 from ..expectations import AbstractExpectation
 from ..fields import MAX_GROUP, AbstractField
-from ..models.attention import ManifoldField, head_permutations
+from ..models.attention import ManifoldField, Model, head_permutations
 
 EQUIVARIANT_GROUP = 720
 """Largest permutation group (`H!`, so H ≤ 6) over which [`equivariant_field`][] closes its

@@ -13,6 +13,7 @@ model-specific code the engine differentiates.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
@@ -29,8 +30,8 @@ from .._registry import Registry
 from ..measures import best_alignment, head_spread
 from ..units import AbstractUnit
 from ._loading import load_code_model, load_plugin, plugin_entry_points, split_kind
-from ._params import (Rows, config_key, from_tables, model_table, params_of,
-                      training_table)
+from ._params import (Hyperparameter, Rows, config_key, describe, from_tables, model_table,
+                      params_of, training_table)
 from ._symmetry import AbstractSymmetry
 
 
@@ -217,32 +218,39 @@ class ModelBase(eqx.Module):
         `[training]` tables."""
         return from_tables(cls, cfg.model, cfg.training)
 
-    def hyperparameters(self, training: Any, steps: Any) -> tuple:
-        """The differentiable hyperparameters: `(config key, "model" | "steps", selector)`
-        triples, the selector picking the leaf (or a tuple of leaves set together) in the model
-        or in the step sizes `steps` (`eqx.tree_at` style); `training` is the `[training]`
-        table. Derived: `training.lr` (also the scalar parameters' step when its own key is not
-        set), that key, `training.weight_decay`, `training.lr_schedule` (its knot values,
-        which then replace `training.lr`), and every float field made with [`param`][]."""
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """`(config key, default, help)` of every key of the model's `[model]` and
+        `[training]` tables (what `headflow models` lists; [`describe`][])."""
+        return describe(cls)
+
+    def hyperparameters(self, training: Any, steps: Any) -> tuple[Hyperparameter, ...]:
+        """The differentiable hyperparameters ([`Hyperparameter`][]s), given the `[training]`
+        table `training` and the step sizes `steps`. Derived: `training.lr` (also the scalar
+        parameters' step when its own key is not set), that key, `training.weight_decay`,
+        `training.lr_schedule` (its knot values, which then replace `training.lr`), and every
+        float field made with [`param`][]."""
         second = f"training.{self.lr_bias_key}"
         own = getattr(training, self.lr_bias_key, None) is not None
-        out: list[tuple] = []
+        out: list[Hyperparameter] = []
         if steps.lr_schedule is not None and not own:
-            out.append(("training.lr_schedule", "steps",
-                        lambda s: (s.lr_schedule.values, s.lr_bias_schedule.values)))
+            out.append(Hyperparameter("training.lr_schedule",
+                                      lambda s: (s.lr_schedule.values,
+                                                 s.lr_bias_schedule.values)))
         elif steps.lr_schedule is not None:
-            out.append(("training.lr_schedule", "steps", lambda s: s.lr_schedule.values))
+            out.append(Hyperparameter("training.lr_schedule", lambda s: s.lr_schedule.values))
         elif not own:
-            out.append(("training.lr", "steps", lambda s: (s.lr, s.lr_bias)))
+            out.append(Hyperparameter("training.lr", lambda s: (s.lr, s.lr_bias)))
         else:
-            out.append(("training.lr", "steps", lambda s: s.lr))
+            out.append(Hyperparameter("training.lr", lambda s: s.lr))
         if own:
-            out.append((second, "steps", lambda s: s.lr_bias))
-        out.append(("training.weight_decay", "steps", lambda s: s.weight_decay))
+            out.append(Hyperparameter(second, lambda s: s.lr_bias))
+        out.append(Hyperparameter("training.weight_decay", lambda s: s.weight_decay))
         for name, p in params_of(type(self)):
             if p.type is float and not p.choices:
-                out.append((f"{p.section}.{config_key(name, p)}", "model",
-                            lambda m, n=name: getattr(m, n)))
+                out.append(Hyperparameter(f"{p.section}.{config_key(name, p)}",
+                                          functools.partial(getattr_of, name=name),
+                                          in_model=True))
         return tuple(out)
 
     def polynomial_degree(self) -> int | None:
@@ -368,6 +376,11 @@ class ModelBase(eqx.Module):
         if not np.isfinite(lam) or lam < -tol * scale:
             raise HeadflowError(f"{what}: not a valid Gram matrix (smallest eigenvalue "
                                 f"{lam:.3g} < 0)")
+
+
+def getattr_of(obj: Any, name: str) -> Any:
+    """`getattr(obj, name)` (a selector of a model's field)."""
+    return getattr(obj, name)
 
 
 def gaussian_rows(key: PRNGKeyArray, n: int, dim: int, std: Any, dtype: Any) -> Array:

@@ -110,7 +110,7 @@ class AbstractModel(ModelBase):
         """The config keys that the learning curve of `cfg` differentiates through (default:
         those of `hyperparameters`)."""
         steps = StepSizes.from_config(cfg.training)
-        return tuple(k for k, _, _ in self.hyperparameters(cfg.training, steps))
+        return tuple(h.key for h in self.hyperparameters(cfg.training, steps))
 
     # -- the SDE ------------------------------------------------------------------------------
     def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,

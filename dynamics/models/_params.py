@@ -80,6 +80,35 @@ class Param:
             self.convert(value)           # raises its own one-line ConfigError
 
 
+@dataclasses.dataclass(frozen=True)
+class Hyperparameter:
+    """A differentiable config key (`key`, e.g. `"training.lr"`) and where its value lives:
+    the leaf (or the leaves set together: a tuple) that `select` picks in the model
+    (`in_model`) or in the step sizes ([`headflow.dynamics.StepSizes`][]). [`get`][] and
+    [`set`][] read and replace it in anything that holds a `model` and its `steps` (a vector
+    field, a diffusion)."""
+
+    key: str
+    select: Callable[[Any], Any]
+    in_model: bool = False
+
+    def _holder(self, obj: Any) -> Any:
+        return obj.model if self.in_model else obj.steps
+
+    def _leaves(self, obj: Any) -> tuple:
+        got = self.select(self._holder(obj))
+        return got if isinstance(got, tuple) else (got,)
+
+    def get(self, obj: Any) -> Any:
+        """The value in `obj` (the first leaf when it selects several)."""
+        return self._leaves(obj)[0]
+
+    def set(self, obj: Any, value: Any) -> Any:
+        """`obj` with the selected leaf (or leaves) replaced by `value`."""
+        n = len(self._leaves(obj))
+        return eqx.tree_at(self._leaves, obj, (value,) * n)
+
+
 def param(default: Any = _MISSING, *, section: str = "model", key: str | None = None,
           ge: float | int | None = None, gt: float | int | None = None,
           le: float | int | None = None, lt: float | int | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -122,7 +123,8 @@ class ModelCurve(eqx.Module):
     for `docs/models.md`): `curve(params)` with `params` a dict keyed by the config keys the model
     declares ([`headflow.dynamics.models.AbstractModel.hyperparameters`][]; the config's values for
     the others).
-    Each key enters the model or the step sizes through its selector (`eqx.tree_at`).
+    Each key enters the model or the step sizes through its
+    [`headflow.dynamics.models.Hyperparameter`][].
 
     Fixed at construction: the vector field (closed forms or nodes), the risk's nodes where it
     has no closed form, the random start's key at `[sim] dim` (its scales follow `params`), the
@@ -148,8 +150,7 @@ class ModelCurve(eqx.Module):
         field = model_field(cfg, model)
         integrator, adj, ts = curve_solver(cfg, field, adjoint, checkpoints, times)
         selectors = tuple(model.hyperparameters(cfg.training, field.steps))
-        base = {k: jnp.asarray(_get(field, target, sel), jnp.float64)
-                for k, target, sel in selectors}
+        base = {h.key: jnp.asarray(h.get(field), jnp.float64) for h in selectors}
         return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=ts,
                    integrator=integrator, adjoint=adj,
                    key=jr.key(cfg.sim.seed), base=base, selectors=selectors,
@@ -158,7 +159,7 @@ class ModelCurve(eqx.Module):
     @property
     def keys(self) -> tuple[str, ...]:
         """The differentiable parameters."""
-        return tuple(k for k, _, _ in self.selectors)
+        return tuple(h.key for h in self.selectors)
 
     def defaults(self) -> dict[str, Array]:
         """The config's value of every differentiable parameter."""
@@ -172,48 +173,21 @@ class ModelCurve(eqx.Module):
             raise ConfigError(f"learning curve: unknown parameter(s) {', '.join(unknown)}; "
                               f"differentiable ones: {', '.join(self.keys)}")
         field = self.field
-        for k, target, sel in self.selectors:
-            if k in params:
-                value = jnp.asarray(params[k], jnp.float64)
-                field = _set(field, target, sel, value)
+        for h in self.selectors:
+            if h.key in params:
+                field = h.set(field, jnp.asarray(params[h.key], jnp.float64))
         model = field.model
         start = init_start(model, self.init, self.key, self.dim)
         return field, as_float64(start)
 
     def __call__(self, params) -> Array:
         """`ε_g` at `ts`; NaN everywhere when the solve failed."""
-        import diffrax as dfx
-
-
         field, start = self.field_and_start(params)
         sol = solve(dfx.ODETerm(field), start, self.ts, self.integrator, adjoint=self.adjoint)
         ok = sol.result == dfx.RESULTS.successful
         risk = jax.lax.map(lambda s: model_risk(field.model, s, self.nodes)[0], sol.ys,
                            batch_size=8)
         return jnp.where(ok, risk, jnp.nan)
-
-
-def _node(field: Any, target: str):
-    return (lambda f: f.model) if target == "model" else (lambda f: f.steps)
-
-
-def _get(field: Any, target: str, sel):
-    got = sel(_node(field, target)(field))
-    return got[0] if isinstance(got, tuple) else got
-
-
-def _set(field: Any, target: str, sel, value) -> Any:
-    """`field` (a vector field or a diffusion: anything with a `model` and `steps`) with the
-    leaf (or leaves: a tuple) that `sel` picks in its model or step sizes replaced by
-    `value`."""
-    where = _node(field, target)
-
-    def pick(f):
-        got = sel(where(f))
-        return got if isinstance(got, tuple) else (got,)
-
-    n = len(pick(field))
-    return eqx.tree_at(pick, field, (value,) * n)
 
 
 def curve_from_config(cfg: Config, **options: Any) -> Any:

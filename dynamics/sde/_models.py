@@ -27,7 +27,7 @@ from ..models._base import GramState, ModelBase
 from ..models._increment import sample_increment
 from ..models._risk import model_risk
 from ..ode import adjoint_of, model_field, named_start, risk_rule, traced_values
-from ..ode._models import _get, _set, as_float64
+from ..ode._models import as_float64
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import _power_of_two, sde_setup
 from ._solve import OverlapSDE, solve_paths
@@ -169,9 +169,9 @@ class ModelSDECurve(eqx.Module):
     function of a model's hyperparameters (the SDE counterpart of
     [`headflow.dynamics.ode.ModelCurve`][]): `curve(params)` runs the paths of
     [`headflow.dynamics.sde.run_sde`][] (the same drift, diffusion, solver, step grid, initial
-    draws and Brownian paths) with `params` substituted through the model's selectors in the drift
-    and the diffusion, and returns the mean over the paths of each path's risk at `ts`. Every
-    random number is fixed at construction, so the curve is smooth in `params`."""
+    draws and Brownian paths) with `params` substituted through the model's hyperparameters in
+    the drift and the diffusion, and returns the mean over the paths of each path's risk at
+    `ts`. Every random number is fixed at construction, so the curve is smooth in `params`."""
 
     sde: OverlapSDE
     solver: Any
@@ -199,8 +199,7 @@ class ModelSDECurve(eqx.Module):
         s = sde_setup(cfg, dim=dim, paths=paths, times=times)
         model, drift = s.model, s.sde.drift
         selectors = tuple(model.hyperparameters(cfg.training, drift.steps))
-        base = {k: jnp.asarray(_get(drift, target, sel), jnp.float64)
-                for k, target, sel in selectors}
+        base = {h.key: jnp.asarray(h.get(drift), jnp.float64) for h in selectors}
         return cls(sde=s.sde, solver=s.solver, nodes=risk_rule(cfg).nodes(model.n_rows),
                    ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid), init_keys=s.init_keys,
                    bm_keys=s.bm_keys, base=base, adjoint=adjoint_of(adjoint),
@@ -209,7 +208,7 @@ class ModelSDECurve(eqx.Module):
     @property
     def keys(self) -> tuple[str, ...]:
         """The differentiable parameters."""
-        return tuple(k for k, _, _ in self.selectors)
+        return tuple(h.key for h in self.selectors)
 
     def defaults(self) -> dict[str, Array]:
         """The config's value of every differentiable parameter."""
@@ -224,11 +223,10 @@ class ModelSDECurve(eqx.Module):
                               f"differentiable ones: {', '.join(self.keys)}")
         drift, diffusion = self.sde.drift, self.sde.diffusion
         assert isinstance(diffusion, ModelDiffusion)
-        for k, target, sel in self.selectors:
-            if k in params:
-                value = jnp.asarray(params[k], jnp.float64)
-                drift = _set(drift, target, sel, value)
-                diffusion = _set(diffusion, target, sel, value)
+        for h in self.selectors:
+            if h.key in params:
+                value = jnp.asarray(params[h.key], jnp.float64)
+                drift, diffusion = h.set(drift, value), h.set(diffusion, value)
         sde = eqx.tree_at(lambda s: (s.drift, s.diffusion), self.sde, (drift, diffusion))
         model = diffusion.model
         y0 = jax.vmap(lambda k: diffusion.flatten(model.initial_state(k, self.dim)))(

@@ -19,31 +19,15 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _attention_keys() -> list[tuple[str, str, str]]:
-    import dataclasses
-
-    from headflow.dynamics.config import ModelSection, TrainingSection
-
-    out = []
-    for where, table in (("model", ModelSection), ("training", TrainingSection)):
-        for f in dataclasses.fields(table):
-            default = f.default if f.default is not dataclasses.MISSING else None
-            out.append((f"{where}.{f.name}", "-" if default is None else repr(default), ""))
-    return out
-
-
 def run(args) -> dict:
-    from headflow.dynamics.models import describe, model_class, model_kinds, resolve_kind
+    from headflow.dynamics.models import model_class, model_kinds, resolve_kind
 
     kinds = list(args.kinds) or list(model_kinds())
     listing: dict[str, dict] = {}
     for kind in kinds:
-        if kind == "attention":
-            keys, doc = _attention_keys(), "multi-head single-location attention (built in)"
-        else:
-            cls = model_class(resolve_kind(kind, None))
-            keys = describe(cls)
-            doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+        cls = model_class(resolve_kind(kind, None))
+        keys = cls.describe()
+        doc = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
         listing[kind] = {"doc": doc, "keys": [{"key": k, "default": d, "help": h}
                                               for k, d, h in keys]}
         if not args.json:

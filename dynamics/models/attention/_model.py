@@ -5,6 +5,7 @@ analytic value integrals, the generated right-hand side, its starts, its risk an
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -38,12 +39,12 @@ from ._start import initial_overlaps, random_start
 
 
 @register_model
-class Model(AttentionBase, AbstractModel):
-    """The multi-head single-location attention model (`[model] kind = "attention"`,
-    `docs/model.md`), a member of the family: its state is an
-    [`headflow.dynamics.Overlaps`][], its predictor `predict(χ, z, b)` reads the key and value
-    fields of every token, and it overrides the engine's methods where its structure gives
-    more than the generic engine (`docs/models.md#the-attention-model`).
+class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predictor reads tokens
+    """The multi-head single-location attention model (built in; `docs/model.md`).
+
+    A member of the family: its state is an [`headflow.dynamics.Overlaps`][], its predictor
+    `predict(χ, z, b)` reads the key and value fields of every token, and it overrides every
+    engine method with its own structure (`docs/models.md`).
 
     **Fields:** `L` tokens, `H` heads, `activation`, `prior` (its `F` latent directions), label
     noise `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False: `v_h` frozen to `v*`)."""
@@ -60,6 +61,17 @@ class Model(AttentionBase, AbstractModel):
     def training(cls) -> type:
         """The `[training]` table ([`headflow.dynamics.config.TrainingSection`][])."""
         return TrainingSection
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str, str]]:
+        """`(config key, default, help)` of every key of its `[model]` and `[training]`
+        tables (the keys of `[prior]` depend on its kind: `docs/model.md`)."""
+        out = []
+        for where, table in (("model", ModelSection), ("training", TrainingSection)):
+            for f in dataclasses.fields(table):
+                default = f.default if f.default is not dataclasses.MISSING else None
+                out.append((f"{where}.{f.name}", "-" if default is None else repr(default), ""))
+        return out
 
     @classmethod
     def from_config(cls, cfg: Any) -> Model:
@@ -131,9 +143,11 @@ class Model(AttentionBase, AbstractModel):
     # -- the SDE ------------------------------------------------------------------------------
     def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,
                   noise_backend: AbstractExpectation | None) -> tuple[FullField, Diffusion]:
-        """Drift [`FullField`][] (η² terms kept) and the [`Diffusion`][] of all fields (on
-        `noise_backend`, default [`headflow.dynamics.sde.noise_samples`][] Monte Carlo
-        nodes)."""
+        """Drift [`FullField`][] (η² terms kept; on `drift_backend`, default the nodes of
+        `[ode]`) and the [`Diffusion`][] of all fields (on `noise_backend`, default
+        [`headflow.dynamics.sde.noise_samples`][] Monte Carlo nodes)."""
+        if drift_backend is None:
+            drift_backend = backend_of(cfg)
         if noise_backend is None:
             noise_backend = MonteCarlo(samples=noise_samples(cfg), seed=cfg.ode.seed)
         mt = traced_values(self)
