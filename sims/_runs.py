@@ -1,9 +1,11 @@
-"""What every simulator shares: the random keys of a run, the steps of its save times, and
-[`run_segments`][], the one driver that runs a simulation's compiled segments over the seeds
-(sharding, progress, interrupt, divergence check)."""
+"""The one driver of every simulation: [`simulate_sgd`][] runs a model's online SGD (its exact
+maps, `headflow.dynamics.models.AbstractSGD`) over seeds through [`run_segments`][], which runs
+the compiled segments (sharding, progress, interrupt, divergence check); and what they share,
+the random keys of a run and the steps of its save times."""
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -15,8 +17,9 @@ import jax.random as jr
 import numpy as np
 from tqdm.auto import tqdm
 
-from headflow.dynamics import check_stop
-from headflow.dynamics.sharding import shard_batch
+from headflow.dynamics import HeadflowError, check_stop
+from headflow.dynamics.models import AbstractSGD
+from headflow.dynamics.sharding import gather, shard_batch
 
 
 def seed_keys(seed: int):
@@ -85,3 +88,24 @@ def run_segments(segment: Segment, carry: Any, data: Any, steps_at: np.ndarray, 
         if bar is not None:
             bar.close()
     return carry, jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=1)[:, :T], *recorded)
+
+
+def simulate_sgd(sgd: AbstractSGD, *, seeds, times, progress: bool = False,
+                 segments: int = 20) -> tuple[np.ndarray, Any, Any, Any]:
+    """Online SGD of `sgd` (a model's exact maps in one space), one run per seed of `seeds`
+    (seed `s`: the keys [`seed_keys`][] of `s`), recorded at the save `times` (in
+    `t = steps/D`, after `round(t·D)` steps) in at most `segments` device calls.
+
+    **Returns:** `(steps at the save times, final carry, data, recorded)`, the last three
+    gathered (leading axis: the seeds)."""
+    seeds = [int(s) for s in seeds]
+    steps_at = save_steps(np.asarray(times, dtype=np.float64).reshape(-1), sgd.dim)
+    if len(steps_at) == 0 or steps_at[0] < 0:
+        raise HeadflowError("times must be a non-empty list of save times >= 0")
+    n = len(seeds)
+    carry, data = sgd.start(jnp.stack([seed_keys(s) for s in seeds]), seeds)
+    carry, recorded = run_segments(sgd.segment, carry, data, steps_at, dim=sgd.dim, seeds=n,
+                                   segments=segments,
+                                   check=functools.partial(sgd.check, seeds=seeds),
+                                   progress=progress, desc=sgd.desc)
+    return (steps_at, *gather((carry, data, recorded), n))

@@ -1,10 +1,9 @@
 """Running online SGD of a configuration over seeds and recording the order parameters on a
-time grid: [`run_sgd`][], the same for every model (the model's simulator comes through
-[`simulate_states`][])."""
+time grid: [`run_sgd`][], the same for every model (the model's exact maps come from its `sgd`
+method, [`simulate_states`][])."""
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import equinox as eqx
@@ -12,12 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from headflow.dynamics import Config, StepSizes
+from headflow.dynamics import Config
 from headflow.dynamics.models import AbstractModel
 from headflow.dynamics.ode import model_arrays, named_start
 
-from ._models import simulate_model
-from ._runs import save_steps
+from ._runs import simulate_sgd
 
 
 class SGDResult(eqx.Module):
@@ -47,24 +45,15 @@ class SGDResult(eqx.Module):
                 **named, "seeds": np.asarray(self.seeds)}
 
 
-@functools.singledispatch
-def simulate_states(model: Any, cfg: Config, *, dim: int, seeds: list[int], times: np.ndarray,
-                    start: Any, progress: bool) -> tuple[np.ndarray, Any]:
+def simulate_states(model: AbstractModel, cfg: Config, *, dim: int, seeds: list[int],
+                    times: np.ndarray, start: Any, progress: bool) -> tuple[np.ndarray, Any]:
     """`(steps at the save times, states with leaves (S, T, ...))` of online SGD of `model` as
     `cfg` configures it (`[training]`, `[sim] space`, `dtype`), one run per seed of `seeds`,
-    every seed from `start` when given (one state, no seed axis). Dispatched on the model's
-    type: a model registers its simulator with `@simulate_states.register(ModelType)`."""
-    raise TypeError(f"simulate_states: no simulator for a model of type "
-                    f"{type(model).__name__}")
-
-
-@simulate_states.register(AbstractModel)
-def _simulate_model(model: AbstractModel, cfg: Config, *, dim: int, seeds: list[int],
-                    times: np.ndarray, start: Any, progress: bool) -> tuple[np.ndarray, Any]:
-    states = simulate_model(model, StepSizes.from_config(cfg.training), dim=dim, seeds=seeds,
-                            times=times, space=cfg.sim.space, init=start,
-                            dtype=jnp.dtype(cfg.sim.dtype), progress=progress)
-    return save_steps(times, dim), states
+    every seed from `start` when given (one state, no seed axis): the model's maps
+    (`model.sgd`) run by the one driver ([`headflow.sims._runs.simulate_sgd`][])."""
+    sgd = model.sgd(cfg, dim=dim, start=start)
+    steps, _, _, recorded = simulate_sgd(sgd, seeds=seeds, times=times, progress=progress)
+    return steps, sgd.states(recorded)
 
 
 def run_sgd(cfg: Config, *, dim: int | None = None, seeds: int | None = None,

@@ -31,7 +31,7 @@ from headflow.dynamics.config import Config
 from headflow.dynamics.models import Committee, GramState, ModelWeights
 from headflow.dynamics.ode import Integrator, model_field, risk_rule, run_ode, solve, states_risk
 from headflow.dynamics.units import get_unit
-from headflow.sims._models import weight_step
+from headflow.dynamics.models._sgd import weight_step
 
 Z = 5.0  # z-score threshold; all seeds are fixed, so a miss beyond 5σ means a bug
 
@@ -62,9 +62,9 @@ STEP_CASES = {
 
 @pytest.mark.parametrize("case", list(STEP_CASES))
 def test_weight_step_equals_numpy_step(case):
-    """`headflow.sims._models.weight_step` on the batch it draws (`X`, `ξ` from `jr.split(key)`, as
-    it draws them) equals the hand-written step to float64 round-off: first layer, second layer
-    (or frozen), teacher untouched."""
+    """`headflow.dynamics.models._sgd.weight_step` on the batch it draws (`X`, `ξ` from
+    `jr.split(key)`, as it draws them) equals the hand-written step to float64 round-off: first
+    layer, second layer (or frozen), teacher untouched."""
     c = STEP_CASES[case]
     K, M, D = 2, 2, 60
     A = np.array([1.0, 0.6])

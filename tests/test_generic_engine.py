@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 
 from headflow import dynamics
-from headflow import sims
 from headflow.dynamics import Model, load_config
 from headflow.dynamics.models import AbstractModel, Committee, model_class, model_kinds
 
@@ -28,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "validation" / "configs"
 GENERIC = sorted([*ROOT.glob("dynamics/fields/*.py"), *ROOT.glob("dynamics/ode/*.py"),
                   *ROOT.glob("dynamics/sde/*.py"), *ROOT.glob("sims/*.py"),
-                  ROOT / "dynamics" / "models" / "_model.py"])
+                  ROOT / "dynamics" / "models" / "_model.py",
+                  ROOT / "dynamics" / "models" / "_sgd.py", ROOT / "dynamics" / "_wishart.py"])
 ATTENTION_NAMES = {"m", "q", "kv", "kvs", "vks", "SIGNAL", "Overlaps", "FieldLaw", "Model"}
 ENGINE = ("vector_field", "ode_start", "ode_state", "state_risk", "ode_info", "learning_curve",
           "curve_keys", "sde_terms", "start_sampler", "check_dim", "sde_curve")
@@ -46,7 +46,7 @@ def test_generic_modules_are_found():
     names = {p.relative_to(ROOT).as_posix() for p in GENERIC}
     for want in ("dynamics/fields/_base.py", "dynamics/ode/_run.py", "dynamics/sde/_run.py",
                  "dynamics/sde/_diffusion.py", "sims/_simulate.py", "sims/_models.py",
-                 "sims/_wishart.py", "dynamics/models/_model.py"):
+                 "dynamics/models/_sgd.py", "dynamics/models/_model.py"):
         assert want in names
 
 
@@ -80,16 +80,11 @@ def _singledispatch_modules(top: str) -> list[str]:
                   if "singledispatch" in _code_names(p))
 
 
-def test_no_dispatch_registry_in_the_theory():
-    """The ODE and SDE reach a model through its methods only: no `functools.singledispatch`
-    anywhere in `dynamics`."""
-    assert _singledispatch_modules("dynamics") == []
-
-
-@pytest.mark.xfail(strict=True, reason="sims.simulate_states still dispatches on the model's "
-                   "type (its simulators are not yet model methods)")
-def test_no_dispatch_registry_in_the_simulators():
-    assert _singledispatch_modules("sims") == []
+@pytest.mark.parametrize("top", ["dynamics", "sims", "validation"])
+def test_no_dispatch_registry(top):
+    """The ODE, the SDE and SGD reach a model through its methods only: no
+    `functools.singledispatch` anywhere."""
+    assert _singledispatch_modules(top) == []
 
 
 def test_every_built_in_model_is_a_member():
@@ -130,13 +125,19 @@ def test_engine_uses_only_the_public_interface(path):
     assert used <= public, f"{path.relative_to(ROOT)} reads {sorted(used - public)} on a model"
 
 
-def test_a_foreign_type_is_refused_by_the_simulators():
-    class Stranger:
-        pass
+def test_every_model_simulates_through_its_maps():
+    """`run_sgd` runs whatever exact maps the model's `sgd` method returns: both kinds shipped
+    give theirs for both spaces (`AbstractSGD`), and the attention model overrides `sgd`."""
+    from headflow.dynamics.models import AbstractSGD, ChainSGD, WeightSGD
+    from headflow.dynamics.models.attention import AttentionChainSGD, AttentionWeightSGD
 
-    with pytest.raises(TypeError, match="no simulator for a model of type Stranger"):
-        sims.simulate_states(Stranger(), load_config(CONFIGS / "committee.toml"), dim=10,
-                             seeds=[0], times=np.zeros(1), start=None, progress=False)
+    want = {("committee", "weights"): WeightSGD, ("committee", "overlaps"): ChainSGD,
+            ("demo", "weights"): AttentionWeightSGD, ("demo", "overlaps"): AttentionChainSGD}
+    for (name, space), cls in want.items():
+        cfg = load_config(CONFIGS / f"{name}.toml").replace(**{"sim.space": space})
+        sgd = cfg.build_model().sgd(cfg, dim=400)
+        assert type(sgd) is cls and isinstance(sgd, AbstractSGD) and sgd.dim == 400
+    assert "sgd" in vars(Model) and "sgd" not in vars(Committee)
 
 
 def test_attention_is_registered_on_import():
@@ -176,19 +177,23 @@ def test_build_turns_a_config_into_objects():
 
 def test_one_segment_driver():
     """Every simulator (the family's in both spaces, the attention model's weights and chain)
-    runs its compiled segments through `headflow.sims._runs.run_segments`: no other module of
-    `sims` shards, cuts the run into segments, polls for a stop or draws a progress bar."""
+    is a model's exact maps run by `headflow.sims._runs.simulate_sgd` through `run_segments`:
+    no other module shards, cuts the run into segments, polls for a stop or draws a progress
+    bar, and no simulator loops over segments itself."""
     driver = ROOT / "sims" / "_runs.py"
     names = {"check_stop", "tqdm", "segment_plan", "shard_batch"}
-    for path in sorted((ROOT / "sims").rglob("*.py")):
+    for path in sorted([*(ROOT / "sims").rglob("*.py"),
+                        *(ROOT / "dynamics" / "models").rglob("*.py")]):
         if path == driver:
             continue
         found = _code_names(path) & names
         assert not found, f"{path.relative_to(ROOT)} runs its own segments: {found}"
     users = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "sims").rglob("*.py"))
              if "run_segments" in _code_names(p) and p != driver]
-    assert users == ["sims/_models.py", "sims/attention/_chain.py",
-                     "sims/attention/_simulate.py"], users
+    assert users == [], users           # they call `simulate_sgd`, which calls it
+    callers = [p.relative_to(ROOT).as_posix() for p in sorted((ROOT / "sims").rglob("*.py"))
+               if "simulate_sgd" in _code_names(p) and p != driver]
+    assert callers == ["sims/_models.py", "sims/_simulate.py", "sims/attention/_simulate.py"]
 
 
 def test_hyperparameters_read_and_replace_their_leaves():

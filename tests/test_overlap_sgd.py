@@ -1,7 +1,8 @@
-"""Online SGD in overlap space (`headflow.sims.attention._chain`, `docs/overlap-sgd.md`): the
-one-step map against the weight-space step to round-off, the whitening/Wishart decomposition of the
-token Gram matrix, the exact χ² and initial-state samplers, equivalence in law with the weight-space
-simulator (two-sample KS), reproducibility, failures, frozen values, batches, weight decay."""
+"""Online SGD in overlap space (`headflow.dynamics.models.attention._chain`,
+`docs/overlap-sgd.md`): the one-step map against the weight-space step to round-off, the
+whitening/Wishart decomposition of the token Gram matrix, the exact χ² and initial-state
+samplers, equivalence in law with the weight-space simulator (two-sample KS), reproducibility,
+failures, frozen values, batches, weight decay."""
 
 from __future__ import annotations
 
@@ -23,9 +24,10 @@ from headflow.dynamics import (DivergenceError, HeadflowError, Overlaps, StepSiz
                                sample_data)
 from headflow.dynamics.models.attention import random_start
 from headflow.dynamics.priors import Discrete, FlippedSpike
-from headflow.sims._wishart import bartlett, chi_square, psd_factor
-from headflow.sims.attention._chain import (expand_overlaps, gram_update, initial_gram, n_rows,
-                                            reduce_overlaps, simulate_overlaps)
+from headflow.dynamics._wishart import bartlett, chi_square, psd_factor
+from headflow.dynamics.models.attention._chain import (expand_overlaps, gram_update,
+                                                      initial_gram, n_rows, reduce_overlaps)
+from headflow.sims.attention import simulate_overlaps
 
 
 @pytest.fixture(autouse=True, scope="module")

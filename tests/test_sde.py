@@ -20,8 +20,8 @@ from headflow.dynamics.priors import Discrete, FlippedSpike, Gaussian
 from headflow.dynamics.sde import centred_factor, run_sde
 from headflow.dynamics.models.attention import (Diffusion, entry_names, flatten, increments,
                                                 n_entries, unflatten)
-from headflow.sims.attention._chain import (ChainState, apply_step, draw_steps, expand_overlaps,
-                                            reduce_overlaps)
+from headflow.dynamics.models.attention._chain import (ChainState, apply_step, draw_steps,
+                                                      expand_overlaps, reduce_overlaps)
 
 D = 2000
 STEPS = StepSizes(lr=0.8, lr_bias=1.5, weight_decay=0.2, batch=2)

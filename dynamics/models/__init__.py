@@ -31,4 +31,8 @@ from ._increment import exact_moments as exact_moments
 from ._increment import sample_gradients as sample_gradients
 from ._increment import sample_increment as sample_increment
 from ._risk import model_risk as model_risk
+from ._sgd import AbstractSGD as AbstractSGD
+from ._sgd import ChainSGD as ChainSGD
+from ._sgd import WeightSGD as WeightSGD
+from ._sgd import family_sgd as family_sgd
 from ._committee import Committee as Committee  # noqa: I001

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
 from jax.tree_util import Partial
 
 from .._errors import HeadflowError
@@ -20,6 +21,7 @@ from ..sde._diffusion import AbstractDiffusion
 from ..sde._models import ModelSDECurve, model_sde_terms, model_start_sampler
 from .._steps import StepSizes
 from ._base import ModelBase
+from ._sgd import AbstractSGD, family_sgd
 
 
 class AbstractModel(ModelBase):
@@ -57,7 +59,7 @@ class AbstractModel(ModelBase):
     **What the engine computes from it** (the defaults are the family's generic engine):
     [`vector_field`][], [`ode_start`][], [`ode_state`][], [`state_risk`][], [`ode_info`][],
     [`learning_curve`][], [`curve_keys`][], [`sde_terms`][], [`start_sampler`][],
-    [`check_dim`][], [`sde_curve`][].
+    [`check_dim`][], [`sde_curve`][], and [`sgd`][], its online SGD at finite D.
 
     The `[model]` and `[training]` tables, their validation, `--set`, `headflow models` and
     the differentiable hyperparameters are derived from the fields (`from_config`). A model is
@@ -139,3 +141,14 @@ class AbstractModel(ModelBase):
         [`headflow.dynamics.sde.ModelSDECurve`][]."""
         return ModelSDECurve.from_config(cfg, **options)
 
+
+    # -- online SGD ---------------------------------------------------------------------------
+    def sgd(self, cfg: Config, *, dim: int, start: Any = None) -> AbstractSGD:
+        """Online SGD of `cfg` at dimension `dim` as exact maps for the simulators' driver
+        (`headflow.sims.run_sgd`): `[training]`'s step sizes, in the space `[sim] space`
+        names (the weights in `[sim] dtype`, or the exact chain of the order parameters),
+        every seed from `start` (one state) when given, else from its random initialization.
+        Default: the family's [`headflow.dynamics.models.WeightSGD`][] or
+        [`headflow.dynamics.models.ChainSGD`][]."""
+        return family_sgd(self, StepSizes.from_config(cfg.training), dim=dim,
+                          space=cfg.sim.space, init=start, dtype=jnp.dtype(cfg.sim.dtype))

@@ -10,10 +10,14 @@ and the structure its theory exploits beyond the generic engine. Here:
   [`headflow.dynamics.symbolic.SymbolicField`][];
 - its starts ([`symmetric_start`][], [`random_start`][]) and its risk along a trajectory;
 - the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
-- its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]).
+- its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]);
+- its online SGD at finite D as exact maps: of the weights ([`AttentionWeightSGD`][],
+  [`sgd_step`][]) and, exactly in law, of the overlaps ([`AttentionChainSGD`][],
+  `docs/overlap-sgd.md`).
 
 [`Model`][]'s methods hand these to the generic runs (`headflow.dynamics.ode.run_ode`,
-`headflow.dynamics.sde.run_sde`, `headflow.sims.run_sgd`), which run it like any model.
+`headflow.dynamics.sde.run_sde`, `headflow.sims.run_sgd`), which run it like any model
+(its simulations over seeds: `headflow.sims.attention`).
 """
 
 from ._nodes import full_dims as full_dims
@@ -44,4 +48,8 @@ from ._ode import field_class as field_class
 from ._ode import resolved_rhs as resolved_rhs
 from ._ode import trajectory_risk as trajectory_risk
 from ._sde_curve import SDECurve as SDECurve
+from ._sgd import AttentionWeightSGD as AttentionWeightSGD
+from ._sgd import field_gradients as field_gradients
+from ._sgd import sgd_step as sgd_step
+from ._chain import AttentionChainSGD as AttentionChainSGD
 from ._model import Model as Model

@@ -6,6 +6,7 @@ analytic value integrals, the generated right-hand side, its starts, its risk an
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -21,6 +22,7 @@ from ..._model import AttentionBase
 from ..._overlaps import Overlaps
 from ..._steps import StepSizes
 from ..._value_moments import SIGNAL
+from ..._weights import weights_from_overlaps
 from ...activations import get_activation
 from ...config import Config, ModelSection, TrainingSection
 from ...expectations import AbstractExpectation, MonteCarlo
@@ -30,11 +32,14 @@ from ...ode._backend import backend_of
 from ...sde import noise_samples
 from .._base import register_model
 from .._model import AbstractModel
+from .._sgd import AbstractSGD
 from ._curve import PARAMS, LearningCurve
 from ._diffusion import Diffusion
 from ._full import FullField
 from ._ode import field_class, resolved_rhs, trajectory_risk
+from ._chain import AttentionChainSGD
 from ._sde_curve import SDECurve
+from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
 
 
@@ -170,3 +175,34 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
     def sde_curve(self, cfg: Config, **options: Any) -> SDECurve:
         """[`SDECurve`][]."""
         return SDECurve.from_config(cfg, **options)
+
+    # -- online SGD ---------------------------------------------------------------------------
+    def sgd(self, cfg: Config, *, dim: int, start: Any = None) -> AbstractSGD:
+        """[`AttentionWeightSGD`][] (`[sim] space = "weights"`, in `[sim] dtype`) or
+        [`AttentionChainSGD`][] (`"overlaps"`), with the step sizes and initial scales of
+        `[training]`; from `start` (overlaps, one state), every seed: weights with exactly
+        these overlaps ([`headflow.dynamics.weights_from_overlaps`][]) or the overlaps
+        themselves."""
+        tr = cfg.training
+        hp = StepSizes.from_config(tr)
+        init_std = (tr.init_key_std, tr.init_value_std, tr.init_bias)
+        ov0 = (None if start is None
+               else jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), start))
+        if cfg.sim.space == "overlaps":
+            init = None if ov0 is None else functools.partial(_same_start, ov0)
+            return AttentionChainSGD(model=self, hp=hp, dim=int(dim), init=init,
+                                     init_std=init_std)
+        dtype = jnp.dtype(cfg.sim.dtype)
+        winit = (None if ov0 is None
+                 else functools.partial(_weights_of, ov0, rho=self.rho, dtype=dtype))
+        return AttentionWeightSGD(model=self, hp=hp, dim=int(dim), init=winit,
+                                  init_std=init_std, dtype=dtype)
+
+
+def _same_start(ov: Overlaps, key: Any) -> Overlaps:
+    del key
+    return ov
+
+
+def _weights_of(ov: Overlaps, key: Any, teacher: Any, *, rho: float, dtype: Any) -> Any:
+    return weights_from_overlaps(key, ov, teacher, rho, dtype=dtype)

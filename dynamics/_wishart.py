@@ -1,5 +1,5 @@
 """The exact random pieces of both overlap-space chains (the attention model's and the
-generic one of `headflow.sims._models`): a factor of a PSD Gram matrix, and the Bartlett factor of a
+family's of `headflow.dynamics.models`): a factor of a PSD Gram matrix, and the Bartlett factor of a
 Wishart matrix from exact χ² draws (`docs/overlap-sgd.md`)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Bool, Float, PRNGKeyArray
 
-from headflow.dynamics import StepSizes
+from ._steps import StepSizes
 
 PIVOT_TOL = 1e-10
 """A Cholesky pivot within `PIVOT_TOL·Ω_jj` of zero is a dependent row (exact zero column of

@@ -11,7 +11,7 @@ independent of the fields. One SGD step is then an exact map of `(Ω, b)`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -20,28 +20,29 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from headflow.dynamics import (DivergenceError, HeadflowError, Model, Overlaps, StepSizes,
-                               require_x64)
-from headflow.dynamics.ode import BLOWUP, bounded
-from headflow.dynamics.sharding import gather
-
-from .._runs import run_segments, save_steps, seed_keys
-from .._wishart import as_float64, bartlett, chi_square, psd_factor
+from ..._errors import DivergenceError, HeadflowError, require_x64
+from ..._model import AttentionBase
+from ..._overlaps import Overlaps
+from ..._steps import StepSizes
+from ..._wishart import as_float64, bartlett, chi_square, psd_factor
+from ...ode._integrate import BLOWUP, bounded
+from ...sharding import gather
+from .._sgd import AbstractSGD
 
 
 # -- the rows of W ---------------------------------------------------------------------------------
 
-def n_students(model: Model) -> int:
+def n_students(model: AttentionBase) -> int:
     """Student rows that SGD moves: `2H` (keys and values), or `H` when values are frozen."""
     return 2 * model.H if model.train_values else model.H
 
 
-def n_rows(model: Model) -> int:
+def n_rows(model: AttentionBase) -> int:
     """`N`, the independent rows of `W`: the students, the `F` teacher keys and `v*`."""
     return n_students(model) + model.F + 1
 
 
-def _full_rows(model: Model) -> np.ndarray:
+def _full_rows(model: AttentionBase) -> np.ndarray:
     """For each row of the full layout `[K, V, K*, v*]`, its independent row (frozen values:
     every `v_h` is the row of `v*`)."""
     H, F, s = model.H, model.F, n_students(model)
@@ -49,14 +50,15 @@ def _full_rows(model: Model) -> np.ndarray:
     return np.concatenate([np.arange(H), values, s + np.arange(F + 1)])
 
 
-def _independent_rows(model: Model) -> np.ndarray:
+def _independent_rows(model: AttentionBase) -> np.ndarray:
     """Rows of the full layout `[K, V, K*, v*]` kept as independent rows."""
     H, F = model.H, model.F
     students = np.arange(2 * H) if model.train_values else np.arange(H)
     return np.concatenate([students, 2 * H + np.arange(F + 1)])
 
 
-def reduce_overlaps(model: Model, ov: Overlaps) -> tuple[Float[Array, "N N"], Float[Array, " H"]]:
+def reduce_overlaps(model: AttentionBase, ov: Overlaps
+                    ) -> tuple[Float[Array, "N N"], Float[Array, " H"]]:
     """`(Ω, b)` of one state over the independent rows. With frozen values the value blocks of
     `ov` are ignored (`v_h = v*`, as the weight-space simulator sets them)."""
     idx = _independent_rows(model)
@@ -64,7 +66,8 @@ def reduce_overlaps(model: Model, ov: Overlaps) -> tuple[Float[Array, "N N"], Fl
     return full[idx][:, idx], ov.b.astype(jnp.float64)
 
 
-def expand_overlaps(model: Model, omega: Float[Array, "N N"], b: Float[Array, " H"]) -> Overlaps:
+def expand_overlaps(model: AttentionBase, omega: Float[Array, "N N"],
+                    b: Float[Array, " H"]) -> Overlaps:
     """The [`headflow.dynamics.Overlaps`][] (cross overlaps included) of one state `(Ω, b)`."""
     idx = _full_rows(model)
     full = omega[idx][:, idx]
@@ -73,7 +76,7 @@ def expand_overlaps(model: Model, omega: Float[Array, "N N"], b: Float[Array, " 
 
 # -- random draws ----------------------------------------------------------------------------------
 
-def initial_gram(model: Model, key: PRNGKeyArray, dim: int | Float[Array, ""], *,
+def initial_gram(model: AttentionBase, key: PRNGKeyArray, dim: int | Float[Array, ""], *,
                  key_std: float | Float[Array, ""], value_std: float | Float[Array, ""],
                  bias: float | Float[Array, ""]
                  ) -> tuple[Float[Array, "N N"], Float[Array, " H"]]:
@@ -103,7 +106,7 @@ def initial_gram(model: Model, key: PRNGKeyArray, dim: int | Float[Array, ""], *
 
 # -- one SGD step ----------------------------------------------------------------------------------
 
-def _fields(model: Model, lam: Float[Array, "B L N"]):
+def _fields(model: AttentionBase, lam: Float[Array, "B L N"]):
     """`(χ, z, y*)` from the fields of the independent rows: `(B, H, L)` twice and `(B, L)`."""
     H, s = model.H, n_students(model)
     chi = jnp.swapaxes(lam[..., :H], -1, -2)
@@ -115,7 +118,7 @@ def _fields(model: Model, lam: Float[Array, "B L N"]):
     return chi, z, ystar
 
 
-def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
+def gram_update(model: AttentionBase, hp: StepSizes, dim: int | Float[Array, ""],
                 omega: Float[Array, "N N"], b: Float[Array, " H"], lam: Float[Array, "B L N"],
                 tokens: Float[Array, "BL BL"], y: Float[Array, " B"]
                 ) -> tuple[Float[Array, "N N"], Float[Array, " H"]]:
@@ -169,7 +172,8 @@ def gram_update(model: Model, hp: StepSizes, dim: int | Float[Array, ""],
 
 class ChainState(eqx.Module):
     """One run of the chain: `omega` (Ω over the independent rows), biases `b`, and the first
-    step at which Ω failed the check of `headflow.sims._wishart.psd_factor` (`fail_step`, −1: never)
+    step at which Ω failed the check of `headflow.dynamics._wishart.psd_factor` (`fail_step`,
+    −1: never)
     with its relative pivot (`fail_pivot`, NaN when Ω was not finite)."""
 
     omega: Float[Array, "N N"]
@@ -196,7 +200,7 @@ class StepDraws(eqx.Module):
     T: Float[Array, "*steps BL BL"]
 
 
-def draw_steps(model: Model, hp: StepSizes, dim: int | Float[Array, ""], key: PRNGKeyArray,
+def draw_steps(model: AttentionBase, hp: StepSizes, dim: int | Float[Array, ""], key: PRNGKeyArray,
                count: int) -> StepDraws:
     """The random numbers of `count` steps, drawn together (one call per kind: far fewer, larger
     operations than drawing them step by step, which is what the loop overhead on CPU needs)."""
@@ -216,13 +220,13 @@ def draw_steps(model: Model, hp: StepSizes, dim: int | Float[Array, ""], key: PR
         T=jax.vmap(bartlett)(chi2, g[:, n * N:n * N + pairs]))
 
 
-def apply_step(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: ChainState,
+def apply_step(model: AttentionBase, hp: StepSizes, dim: int | Float[Array, ""], state: ChainState,
                draws: StepDraws, step: Int[Array, ""]) -> ChainState:
     """One online SGD step of the chain, exact in law, from its random numbers: the whitened
     coordinates `c` of the batch's tokens (the signal token, at `eps`, shifted by `Cᵀ e_{K*} θ`),
     the fields `λ = C c`, the labels `y = λ_{v*,ε} + Δ ξ`, the token Gram matrix
     `x·x' = c·c' + T Tᵀ`, then [`gram_update`][]. Records the step in `fail_step` the first
-    time Ω fails the check of `headflow.sims._wishart.psd_factor`. The step sizes are those at
+    time Ω fails the check of `headflow.dynamics._wishart.psd_factor`. The step sizes are those at
     `t = step/D` ([`headflow.dynamics.StepSizes.at`][])."""
     hp = hp.at(step / jnp.asarray(dim, jnp.float64))
     L = model.L
@@ -243,7 +247,7 @@ def apply_step(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: 
                       fail_pivot=jnp.where(first, pivot, state.fail_pivot))
 
 
-def advance(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: ChainState,
+def advance(model: AttentionBase, hp: StepSizes, dim: int | Float[Array, ""], state: ChainState,
             key: PRNGKeyArray, start: Int[Array, ""], n_steps: Int[Array, ""], *,
             block: int) -> ChainState:
     """Steps `start, …, start + n_steps − 1`. The random numbers come in blocks of `block`
@@ -269,7 +273,7 @@ def advance(model: Model, hp: StepSizes, dim: int | Float[Array, ""], state: Cha
 
 
 @eqx.filter_jit
-def _segment(model: Model, hp: StepSizes, dim, states: ChainState, keys, starts, counts,
+def _segment(model: AttentionBase, hp: StepSizes, dim, states: ChainState, keys, starts, counts,
              block: int):
     def one_seed(state, key):
         def body(state, sc):
@@ -283,7 +287,7 @@ def _segment(model: Model, hp: StepSizes, dim, states: ChainState, keys, starts,
 
 # -- runs over seeds -------------------------------------------------------------------------------
 
-def _failure(model: Model, hp: StepSizes, dim: int, seed: int, step: int,
+def _failure(model: AttentionBase, hp: StepSizes, dim: int, seed: int, step: int,
              pivot: float) -> DivergenceError:
     where = f"seed {seed}, D={dim}"
     t = f"t = {step / dim:.6g} (step {step})"
@@ -296,102 +300,84 @@ def _failure(model: Model, hp: StepSizes, dim: int, seed: int, step: int,
         f"semi-definite at {t} (relative Cholesky pivot {pivot:.3g})")
 
 
-def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
-                      init: Overlaps | Callable[[PRNGKeyArray], Overlaps] | None = None,
-                      init_std: tuple[float, float, float] = (0.1, 0.1, 0.0),
-                      progress: bool = False, segments: int = 20, block: int = 128
-                      ) -> Overlaps:
-    """Online SGD simulated exactly in law through its overlaps (`docs/overlap-sgd.md`): the
-    counterpart of [`headflow.sims.attention.simulate`][] at a cost per step independent of `dim`,
-    in float64.
+class AttentionChainSGD(AbstractSGD):
+    """The attention model's online SGD simulated exactly in law through its overlaps
+    (`docs/overlap-sgd.md`), at a cost per step independent of `dim`, in float64.
 
-    **Arguments:**
+    **Fields:** `model`, `hp` (the step sizes), `dim` (D, at least `N + B·L + 1`), `init`
+    (`None`: a draw of the exact finite-D law of the random initialization with
+    `init_std = (σ_k, σ_v, b_0)`, [`initial_gram`][]; overlaps with a leading seed axis; or a
+    callable `init(key) -> Overlaps`; with frozen values the value blocks are ignored),
+    `block` (steps whose random numbers are drawn together: part of the random stream, so the
+    same seeds give the same run for the same `block`)."""
 
-    - `model`, `hp`: the model and the SGD step sizes (learning rates, weight decay, batch).
-    - `dim`: D (at least `N + B·L + 1`, `n_rows`). `seeds`: a list of ints (one
-      independent run each; the same seed gives the same run, bit for bit).
-    - `times`: save times in `t = steps/D`, recorded after `round(t·D)` steps exactly as
-      [`headflow.sims.attention.simulate`][] does (0 = the initial state).
-    - `init`: `None` (a draw of the exact finite-D law of the random initialization with
-      `init_std = (σ_k, σ_v, b_0)`, `initial_gram`), overlaps with a leading seed axis, or a
-      callable `init(key) -> Overlaps` (e.g. `headflow.dynamics.models.attention.random_start` of
-      actual weights).
-      With frozen values the value blocks of the initial overlaps are ignored (`v_h = v*`).
-    - `progress`: a progress bar on stderr. `segments`: device calls the run is cut into
-      (failures are checked after each; the results do not depend on it).
-    - `block`: steps whose random numbers are drawn together (speed; it is part of the random
-      stream, so the same seeds give the same run for the same `block`).
+    model: AttentionBase
+    hp: StepSizes
+    dim: int = eqx.field(static=True)
+    init: Any = None
+    init_std: tuple[float, float, float] = eqx.field(static=True, default=(0.1, 0.1, 0.0))
+    block: int = eqx.field(static=True, default=128)
+    desc: ClassVar[str] = "SGD (overlaps)"
 
-    **Returns:** the [`headflow.dynamics.Overlaps`][] (cross overlaps included) with leaves `(S, T,
-    ...)`.
+    def __check_init__(self):
+        N, n_tok = n_rows(self.model), self.hp.batch * self.model.L
+        if self.dim < N + n_tok + 1:
+            raise HeadflowError(f"overlap-space SGD needs D >= N + B·L + 1 = {N + n_tok + 1} "
+                                f"(got D = {self.dim})")
 
-    **Raises:** [`headflow.dynamics.DivergenceError`][] (one line, naming the seed and time) when
-    the overlaps become NaN/inf, exceed `headflow.dynamics.ode.BLOWUP` or stop being a valid Gram
-    matrix; [`headflow.dynamics.HeadflowError`][] when float64 is off or `dim` is too small.
-    """
-    require_x64("the overlap-space SGD simulator")
-    dim = int(dim)
-    N, n_tok = n_rows(model), hp.batch * model.L
-    if dim < N + n_tok + 1:
-        raise HeadflowError(f"overlap-space SGD needs D >= N + B·L + 1 = {N + n_tok + 1} "
-                            f"(got D = {dim})")
-    seeds = [int(s) for s in seeds]
-    steps_at = save_steps(np.asarray(times, dtype=np.float64).reshape(-1), dim)
-    if len(steps_at) == 0 or steps_at[0] < 0:
-        raise HeadflowError("times must be a non-empty list of save times >= 0")
-    ks = jnp.stack([seed_keys(s) for s in seeds])                       # (S, 3)
-    D = jnp.asarray(dim, jnp.float64)
-    if init is None:
-        omega, b = _initial_states(model, ks[:, 1], D, *(jnp.asarray(x, jnp.float64)
-                                                          for x in init_std))
-    elif isinstance(init, Overlaps):
-        omega, b = _reduce_states(model, init)
-    else:
-        omega, b = _reduce_states(model, jax.vmap(init)(ks[:, 1]))
-    if omega.shape != (len(seeds), N, N):
-        raise HeadflowError(f"initial overlaps: expected a leading seed axis of {len(seeds)}, "
-                            f"got Gram matrices of shape {omega.shape}")
-    ok, pivot = _check_states(omega)
-    if not bool(jnp.all(ok)):
-        i = int(np.argmin(np.asarray(ok)))
-        raise _failure(model, hp, dim, seeds[i], 0, float(pivot[i]))
+    def start(self, keys, seeds):
+        require_x64("the overlap-space SGD simulator")
+        model, init, n = self.model, self.init, keys.shape[0]
+        D = jnp.asarray(self.dim, jnp.float64)
+        if init is None:
+            omega, b = _initial_states(model, keys[:, 1], D, *(jnp.asarray(x, jnp.float64)
+                                                                for x in self.init_std))
+        elif isinstance(init, Overlaps):
+            omega, b = _reduce_states(model, init)
+        else:
+            omega, b = _reduce_states(model, jax.vmap(init)(keys[:, 1]))
+        N = n_rows(model)
+        if omega.shape != (n, N, N):
+            raise HeadflowError(f"initial overlaps: expected a leading seed axis of {n}, "
+                                f"got Gram matrices of shape {omega.shape}")
+        ok, pivot = _check_states(omega)
+        if not bool(jnp.all(ok)):
+            i = int(np.argmin(np.asarray(ok)))
+            raise _failure(model, self.hp, self.dim, seeds[i], 0, float(pivot[i]))
+        return jax.vmap(ChainState.start)(omega, b), keys[:, 2]
 
-    hp = as_float64(hp)
-    states = jax.vmap(ChainState.start)(omega, b)
-    n = len(seeds)
+    def segment(self, carry, data, starts, counts):
+        return _segment(self.model, as_float64(self.hp), jnp.asarray(self.dim, jnp.float64),
+                        carry, data, starts, counts, self.block)
 
-    def segment(states, keys, starts, counts):
-        return _segment(model, hp, D, states, keys, starts, counts, block)
-
-    def check(states, recorded, t_end: float) -> None:
+    def check(self, carry, recorded, t_end: float, seeds: list[int]) -> None:
         om, bb = recorded
-        fail_step, fail_pivot, bb = gather((states.fail_step, states.fail_pivot, bb), n)
+        n = len(seeds)
+        fail_step, fail_pivot, bb = gather((carry.fail_step, carry.fail_pivot, bb), n)
         fail = np.asarray(fail_step)
         # reduced where the overlaps live: only one flag per seed is collected
         bad = ~np.asarray(bounded(bb, axis=(1, 2)) & gather(bounded(om, axis=(1, 2, 3)), n))
         if np.any(fail >= 0):
             j = int(np.argmin(np.where(fail >= 0, fail, np.iinfo(np.int64).max)))
-            raise _failure(model, hp, dim, seeds[j], int(fail[j]),
+            raise _failure(self.model, self.hp, self.dim, seeds[j], int(fail[j]),
                            float(np.asarray(fail_pivot)[j]))
         if np.any(bad):
-            raise _failure(model, hp, dim, seeds[int(np.argmax(bad))], int(round(t_end * dim)),
-                           float("nan"))
+            raise _failure(self.model, self.hp, self.dim, seeds[int(np.argmax(bad))],
+                           int(round(t_end * self.dim)), float("nan"))
 
-    _, (omegas, biases) = run_segments(segment, states, ks[:, 2], steps_at, dim=dim, seeds=n,
-                                       segments=segments, check=check, progress=progress,
-                                       desc="SGD (overlaps)")
-    omega_all, bias_all = gather((omegas, biases), n)
-    return _expand_states(model, omega_all, bias_all)
+    def states(self, recorded) -> Overlaps:
+        omega, b = recorded
+        return _expand_states(self.model, omega, b)
 
 
 @eqx.filter_jit
-def _initial_states(model: Model, keys, dim, key_std, value_std, bias):
+def _initial_states(model: AttentionBase, keys, dim, key_std, value_std, bias):
     return jax.vmap(lambda k: initial_gram(model, k, dim, key_std=key_std, value_std=value_std,
                                            bias=bias))(keys)
 
 
 @eqx.filter_jit
-def _reduce_states(model: Model, ov: Overlaps):
+def _reduce_states(model: AttentionBase, ov: Overlaps):
     return jax.vmap(lambda o: reduce_overlaps(model, o))(ov)
 
 
@@ -402,7 +388,7 @@ def _check_states(omega):
 
 
 @eqx.filter_jit
-def _expand_states(model: Model, omega, b) -> Overlaps:
+def _expand_states(model: AttentionBase, omega, b) -> Overlaps:
     return jax.vmap(jax.vmap(lambda o, bb: expand_overlaps(model, o, bb)))(omega, b)
 
 
