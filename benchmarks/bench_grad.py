@@ -31,7 +31,7 @@ import jax
 
 import headflow.dynamics as d
 from headflow.dynamics.ode import final_risk
-from headflow.dynamics.models.attention import LearningCurve
+from headflow.dynamics.ode import LearningCurve
 
 jax.config.update("jax_enable_x64", True)
 

@@ -1,5 +1,5 @@
-"""The committee's differentiable learning curves (`headflow.dynamics.ode.ModelCurve`, and the SDE
-ensemble's mean, `headflow.dynamics.sde.ModelSDECurve`): each equal to its run (`run_ode`,
+"""The committee's differentiable learning curves (`headflow.dynamics.ode.LearningCurve`, and the
+SDE ensemble's mean, `headflow.dynamics.sde.SDECurve`): each equal to its run (`run_ode`,
 `run_sde`), gradients equal to finite differences, and `fit` (`--model ode` and `--model sde`)
 recovering the hyperparameters of a curve it did not see."""
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from headflow.dynamics import ConfigError, load_config
-from headflow.dynamics.ode import ModelCurve, differentiable_keys, run_ode
-from headflow.dynamics.sde import ModelSDECurve, run_sde
+from headflow.dynamics.ode import LearningCurve, differentiable_keys, run_ode
+from headflow.dynamics.sde import SDECurve, run_sde
 from headflow.validation.experiments.fit import fit_curve
 
 pytestmark = pytest.mark.fast_compile
@@ -44,7 +44,7 @@ def cfg(tmp_path_factory):
 
 
 def test_curve_equals_ode_and_keys(cfg):
-    curve = ModelCurve.from_config(cfg)
+    curve = LearningCurve.from_config(cfg)
     assert set(curve.keys) == set(differentiable_keys(cfg)) == {
         "training.lr", "training.lr_second", "training.weight_decay", "model.noise",
         "training.init_first_std", "training.init_second"}
@@ -58,7 +58,7 @@ def test_gradient_equals_finite_differences(cfg):
     """Central differences of the final risk in a step size, a model parameter and an
     initial scale (tight tolerances, so the solver's step choice moves the curve far less
     than the difference step)."""
-    curve = ModelCurve.from_config(cfg)
+    curve = LearningCurve.from_config(cfg)
     p0 = {k: float(v) for k, v in curve.defaults().items()}
     p0["training.weight_decay"] = 0.05
     final = eqx.filter_jit(lambda c, p: c(p)[-1])
@@ -90,7 +90,7 @@ def test_sde_curve_equals_run_sde(cfg):
     """The SDE ensemble's mean curve at the config's values is the mean risk of `run_sde`'s
     paths (same starts, Brownian paths and nodes; only the order of sums differs)."""
     c = cfg.replace(**SDE)
-    curve = ModelSDECurve.from_config(c, adjoint="forward")
+    curve = SDECurve.from_config(c, adjoint="forward")
     assert set(curve.keys) == set(differentiable_keys(c))
     got = eqx.filter_jit(lambda cv: cv.paths({}))(curve)
     run = run_sde(c)
@@ -102,7 +102,7 @@ def test_sde_curve_equals_run_sde(cfg):
 def test_sde_curve_gradient_equals_finite_differences(cfg):
     """Forward-mode derivatives of the mean final risk over fixed paths (common random
     numbers: a smooth function) against central differences."""
-    curve = ModelSDECurve.from_config(cfg.replace(**SDE), adjoint="forward")
+    curve = SDECurve.from_config(cfg.replace(**SDE), adjoint="forward")
     p0 = {k: float(v) for k, v in curve.defaults().items()}
     final = eqx.filter_jit(lambda c, p: c(p)[-1])
     jac = eqx.filter_jit(jax.jacfwd(lambda p, c: c(p)[-1]))(p0, curve)
@@ -121,7 +121,7 @@ def test_fit_sde_recovers_the_hyperparameters(cfg):
     from (0.7, 0.1): the least-squares problem has its exact minimum there."""
     c = cfg.replace(**SDE)
     truth = eqx.filter_jit(lambda cv: cv({}))(
-        ModelSDECurve.from_config(c, times=np.linspace(0.0, 5.0, 6)))
+        SDECurve.from_config(c, times=np.linspace(0.0, 5.0, 6)))
     start = c.replace(**{"training.lr": 0.7, "model.noise": 0.1})
     fit = fit_curve(start, np.linspace(0.0, 5.0, 6)[1:], np.asarray(truth)[1:],
                     ["training.lr", "model.noise"], model="sde")

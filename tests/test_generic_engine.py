@@ -30,8 +30,8 @@ GENERIC = sorted([*ROOT.glob("dynamics/fields/*.py"), *ROOT.glob("dynamics/ode/*
                   ROOT / "dynamics" / "models" / "_model.py",
                   ROOT / "dynamics" / "models" / "_sgd.py", ROOT / "dynamics" / "_wishart.py"])
 ATTENTION_NAMES = {"m", "q", "kv", "kvs", "vks", "SIGNAL", "Overlaps", "FieldLaw", "Model"}
-ENGINE = ("vector_field", "ode_start", "ode_state", "state_risk", "ode_info", "learning_curve",
-          "curve_keys", "sde_terms", "start_sampler", "check_dim", "sde_curve")
+ENGINE = ("vector_field", "ode_start", "ode_state", "state_risk", "ode_info", "curve_start",
+          "curve_risk", "hyperparameters", "sde_terms", "start_sampler", "check_dim", "sgd")
 """The methods through which the generic runs reach a model (`AbstractModel`)."""
 
 
@@ -100,6 +100,13 @@ def test_every_built_in_model_is_a_member():
     own = {n for n in ENGINE if n in vars(Model)}
     assert own == set(ENGINE), own          # it overrides them all
     assert not {n for n in ENGINE if n in vars(Committee)}   # the family's defaults
+    from headflow.dynamics.ode import LearningCurve
+    from headflow.dynamics.sde import SDECurve
+
+    for name in ("demo", "committee"):      # one curve class each, whatever the model
+        cfg = load_config(CONFIGS / f"{name}.toml").replace(**{"training.t_max": 1.0})
+        assert type(dynamics.ode.curve_from_config(cfg)) is LearningCurve
+        assert type(dynamics.sde.sde_curve_from_config(cfg, paths=2)) is SDECurve
 
 
 def _model_attributes(path: Path) -> set[str]:
@@ -197,18 +204,32 @@ def test_one_segment_driver():
 
 
 def test_hyperparameters_read_and_replace_their_leaves():
-    """A model's `Hyperparameter`s set the leaves their keys name in a vector field: the step
+    """A model's `Hyperparameter`s set the leaves their keys name in a `CurvePoint`: the step
     `training.lr` sets `η` and the readout's step with it (no `lr_second` given), a float
-    field sets the model's, and each reads back what it set."""
+    field sets the model's, an attention initial scale sets the start's, and each reads back
+    what it set."""
+    from headflow.dynamics.models import CurvePoint
+
     cfg = load_config(CONFIGS / "committee.toml")
     model = cfg.build_model()
     field = model.vector_field(cfg, sgd_noise=True)
-    hps = {h.key: h for h in model.hyperparameters(cfg.training, field.steps)}
+    point = CurvePoint(field=field, start=model.curve_start(cfg))
+    hps = {h.key: h for h in model.hyperparameters(cfg, field.steps)}
     assert {"training.lr", "training.weight_decay", "model.noise"} <= set(hps)
-    lr = hps["training.lr"].set(field, 0.375)
+    lr = hps["training.lr"].set(point, 0.375)
     assert float(lr.steps.lr) == 0.375 and float(lr.steps.lr_bias) == 0.375
     assert float(hps["training.lr"].get(lr)) == 0.375
     assert float(lr.model.noise) == float(field.model.noise)
-    noisy = hps["model.noise"].set(field, 0.25)
+    noisy = hps["model.noise"].set(point, 0.25)
     assert float(noisy.model.noise) == 0.25 and float(noisy.steps.lr) == float(field.steps.lr)
     assert float(hps["model.noise"].get(noisy)) == 0.25
+
+    demo = load_config(CONFIGS / "demo.toml")
+    att = demo.build_model()
+    afield = att.vector_field(demo, sgd_noise=True)
+    apoint = CurvePoint(field=afield, start=att.curve_start(demo))
+    ahps = {h.key: h for h in att.hyperparameters(demo, afield.steps)}
+    wide = ahps["training.init_key_std"].set(apoint, 0.5)
+    assert float(wide.start.key_std) == 0.5 and float(apoint.start.key_std) != 0.5
+    amp = ahps["prior.amplitude"]
+    assert float(amp.get(apoint)) == float(demo.prior.amplitude)

@@ -1,10 +1,10 @@
-"""The differentiable learning curve (`headflow.dynamics.models.attention.learning_curve`,
+"""The differentiable learning curve (`headflow.dynamics.ode.learning_curve`,
 `docs/differentiable.md`):
 gradients of the three functionals (risk at T, time-averaged risk, time to reach a risk level)
 with respect to every differentiable parameter against central finite differences of whole
 solves (float64, tight tolerances), the backsolve adjoint against the recursive one, and the
 curve against `run_ode`; the SDE ensemble's mean curve
-(`headflow.dynamics.models.attention.SDECurve`) against
+(`headflow.dynamics.sde.SDECurve`) against
 `run_sde` and its forward-mode Jacobian against finite differences."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import pytest
 from _util import xla_optimizations
 
 from headflow.dynamics import ConfigError, load_config
-from headflow.dynamics.ode import final_risk, mean_risk, run_ode, time_to_risk
-from headflow.dynamics.models.attention import PARAMS, LearningCurve, learning_curve
-from headflow.dynamics.sde import run_sde
-from headflow.dynamics.models.attention import SDECurve
+from headflow.dynamics.models.attention import PARAMS
+from headflow.dynamics.ode import (LearningCurve, final_risk, learning_curve, mean_risk, run_ode,
+                                   time_to_risk)
+from headflow.dynamics.sde import SDECurve, run_sde
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from headflow.dynamics import load_config
-from headflow.dynamics.models.attention import learning_curve
+from headflow.dynamics.ode import learning_curve
 from headflow.validation.cli import main
 
 from _util import one_line_error as _one_line_error  # noqa: E402
@@ -105,7 +105,7 @@ def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
     fitted from a start 20% off."""
     from test_learning_curve import SDE_BASE
 
-    from headflow.dynamics.models.attention import SDECurve
+    from headflow.dynamics.sde import SDECurve
 
     cfg = load_config(None, SDE_BASE)
     truth = {"training.lr": 0.8, "model.noise": 0.25}
@@ -149,7 +149,7 @@ def test_fit_linearization_keeps_only_the_jacobian():
     import jax.numpy as jnp
     from test_learning_curve import SDE_BASE
 
-    from headflow.dynamics.models.attention import SDECurve
+    from headflow.dynamics.sde import SDECurve
     from headflow.validation.experiments.fit import materialized
 
     y = {"training.lr": jnp.asarray(0.8), "model.noise": jnp.asarray(0.25)}

@@ -20,6 +20,7 @@ from ._symmetry import SignFlip as SignFlip
 from ._increment import assemble as assemble
 from ._loading import ENTRY_POINTS as ENTRY_POINTS
 from ._loading import resolve_kind as resolve_kind
+from ._params import CurvePoint as CurvePoint
 from ._params import Hyperparameter as Hyperparameter
 from ._params import Param as Param
 from ._params import Rows as Rows

@@ -30,8 +30,8 @@ from .._registry import Registry
 from ..measures import best_alignment, head_spread
 from ..units import AbstractUnit
 from ._loading import load_code_model, load_plugin, plugin_entry_points, split_kind
-from ._params import (Hyperparameter, Rows, config_key, describe, from_tables, model_table,
-                      params_of, training_table)
+from ._params import (Hyperparameter, Rows, config_key, describe, from_tables, model_field,
+                      model_table, params_of, training_table)
 from ._symmetry import AbstractSymmetry
 
 
@@ -224,33 +224,33 @@ class ModelBase(eqx.Module):
         `[training]` tables (what `headflow models` lists; [`describe`][])."""
         return describe(cls)
 
-    def hyperparameters(self, training: Any, steps: Any) -> tuple[Hyperparameter, ...]:
-        """The differentiable hyperparameters ([`Hyperparameter`][]s), given the `[training]`
-        table `training` and the step sizes `steps`. Derived: `training.lr` (also the scalar
-        parameters' step when its own key is not set), that key, `training.weight_decay`,
-        `training.lr_schedule` (its knot values, which then replace `training.lr`), and every
-        float field made with [`param`][]."""
+    def hyperparameters(self, cfg: Any, steps: Any) -> tuple[Hyperparameter, ...]:
+        """The differentiable hyperparameters of the config `cfg` ([`Hyperparameter`][]s,
+        selecting leaves of a [`CurvePoint`][]), given its step sizes `steps`. Derived:
+        `training.lr` (also the scalar parameters' step when its own key is not set), that
+        key, `training.weight_decay`, `training.lr_schedule` (its knot values, which then
+        replace `training.lr`), and every float field made with [`param`][]."""
         second = f"training.{self.lr_bias_key}"
-        own = getattr(training, self.lr_bias_key, None) is not None
+        own = getattr(cfg.training, self.lr_bias_key, None) is not None
         out: list[Hyperparameter] = []
         if steps.lr_schedule is not None and not own:
             out.append(Hyperparameter("training.lr_schedule",
-                                      lambda s: (s.lr_schedule.values,
-                                                 s.lr_bias_schedule.values)))
+                                      lambda p: (p.steps.lr_schedule.values,
+                                                 p.steps.lr_bias_schedule.values)))
         elif steps.lr_schedule is not None:
-            out.append(Hyperparameter("training.lr_schedule", lambda s: s.lr_schedule.values))
+            out.append(Hyperparameter("training.lr_schedule",
+                                      lambda p: p.steps.lr_schedule.values))
         elif not own:
-            out.append(Hyperparameter("training.lr", lambda s: (s.lr, s.lr_bias)))
+            out.append(Hyperparameter("training.lr", lambda p: (p.steps.lr, p.steps.lr_bias)))
         else:
-            out.append(Hyperparameter("training.lr", lambda s: s.lr))
+            out.append(Hyperparameter("training.lr", lambda p: p.steps.lr))
         if own:
-            out.append(Hyperparameter(second, lambda s: s.lr_bias))
-        out.append(Hyperparameter("training.weight_decay", lambda s: s.weight_decay))
+            out.append(Hyperparameter(second, lambda p: p.steps.lr_bias))
+        out.append(Hyperparameter("training.weight_decay", lambda p: p.steps.weight_decay))
         for name, p in params_of(type(self)):
             if p.type is float and not p.choices:
                 out.append(Hyperparameter(f"{p.section}.{config_key(name, p)}",
-                                          functools.partial(getattr_of, name=name),
-                                          in_model=True))
+                                          functools.partial(model_field, name=name)))
         return tuple(out)
 
     def polynomial_degree(self) -> int | None:
@@ -376,11 +376,6 @@ class ModelBase(eqx.Module):
         if not np.isfinite(lam) or lam < -tol * scale:
             raise HeadflowError(f"{what}: not a valid Gram matrix (smallest eigenvalue "
                                 f"{lam:.3g} < 0)")
-
-
-def getattr_of(obj: Any, name: str) -> Any:
-    """`getattr(obj, name)` (a selector of a model's field)."""
-    return getattr(obj, name)
 
 
 def gaussian_rows(key: PRNGKeyArray, n: int, dim: int, std: Any, dtype: Any) -> Array:

@@ -16,9 +16,10 @@ from .._errors import HeadflowError
 from ..config import Config
 from ..expectations import AbstractExpectation
 from ..fields import MAX_GROUP, AbstractField
-from ..ode._models import ModelCurve, model_field, model_start, risk_rule, states_risk
+from ..ode._models import (FamilyRisk, FamilyStart, frozen_init, model_field, model_start,
+                          named_start, risk_rule, states_risk)
 from ..sde._diffusion import AbstractDiffusion
-from ..sde._models import ModelSDECurve, model_sde_terms, model_start_sampler
+from ..sde._models import FamilySDEStart, model_sde_terms, model_start_sampler
 from .._steps import StepSizes
 from ._base import ModelBase
 from ._sgd import AbstractSGD, family_sgd
@@ -53,13 +54,15 @@ class AbstractModel(ModelBase):
       exact expectations (default: none);
     - `layout`: which named order parameters the comparisons read
       ([`headflow.dynamics.Layout`][]);
-    - `hyperparameters(training, steps)`: the differentiable config keys (default: the step
-      sizes, the weight decay and every float field).
+    - `hyperparameters(cfg, steps)`: the differentiable config keys
+      ([`Hyperparameter`][headflow.dynamics.models.Hyperparameter]s; default: the step sizes,
+      the weight decay and every float field).
 
     **What the engine computes from it** (the defaults are the family's generic engine):
     [`vector_field`][], [`ode_start`][], [`ode_state`][], [`state_risk`][], [`ode_info`][],
-    [`learning_curve`][], [`curve_keys`][], [`sde_terms`][], [`start_sampler`][],
-    [`check_dim`][], [`sde_curve`][], and [`sgd`][], its online SGD at finite D.
+    [`sde_terms`][], [`start_sampler`][], [`check_dim`][], the pieces of its differentiable
+    learning curves ([`curve_start`][], [`curve_risk`][]; `hyperparameters` says which keys
+    they differentiate) and [`sgd`][], its online SGD at finite D.
 
     The `[model]` and `[training]` tables, their validation, `--set`, `headflow models` and
     the differentiable hyperparameters are derived from the fields (`from_config`). A model is
@@ -103,16 +106,24 @@ class AbstractModel(ModelBase):
         del cfg, field
         return {}
 
-    def learning_curve(self, cfg: Config, **options: Any) -> Any:
-        """The differentiable learning curve of `cfg` (options: `adjoint`, `checkpoints`,
-        `times`). Default: [`headflow.dynamics.ode.ModelCurve`][]."""
-        return ModelCurve.from_config(cfg, **options)
+    def curve_start(self, cfg: Config, *, sde: bool = False) -> Any:
+        """The start of the differentiable learning curves: a callable pytree
+        `start(model, key, dim)` whose leaves the model's hyperparameters may select (its own
+        initial scales), called with the model the curve substituted. `sde`: the start of each
+        path of the SDE's curve (else the ODE's). Default: what `[ode] init` names, drawn
+        with the substituted model ([`headflow.dynamics.ode.FamilyStart`][],
+        [`headflow.dynamics.sde.FamilySDEStart`][])."""
+        if sde:
+            return FamilySDEStart(named=named_start(cfg, self))
+        return FamilyStart(init=frozen_init(cfg.ode.init))
 
-    def curve_keys(self, cfg: Config) -> tuple[str, ...]:
-        """The config keys that the learning curve of `cfg` differentiates through (default:
-        those of `hyperparameters`)."""
-        steps = StepSizes.from_config(cfg.training)
-        return tuple(h.key for h in self.hyperparameters(cfg.training, steps))
+    def curve_risk(self, cfg: Config, *, sde: bool = False) -> Any:
+        """The risk the differentiable learning curves record: a callable pytree
+        `risk(model, state)` on fixed nodes. Default: the closed form or exact rule where the
+        model has one, else `[sim] risk_samples` Monte Carlo nodes of seed `[ode] seed`
+        ([`headflow.dynamics.ode.FamilyRisk`][]), for the ODE and the SDE alike."""
+        del sde
+        return FamilyRisk(nodes=risk_rule(cfg).nodes(self.n_rows))
 
     # -- the SDE ------------------------------------------------------------------------------
     def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,
@@ -134,13 +145,6 @@ class AbstractModel(ModelBase):
         (default: any `dim ≥ 1`)."""
         if dim < 1:
             raise HeadflowError(f"--dim {dim}: must be >= 1")
-
-    def sde_curve(self, cfg: Config, **options: Any) -> Any:
-        """The SDE ensemble's mean learning curve of `cfg` as a differentiable function of
-        the hyperparameters (options: `paths`, `dim`, `times`, `adjoint`). Default:
-        [`headflow.dynamics.sde.ModelSDECurve`][]."""
-        return ModelSDECurve.from_config(cfg, **options)
-
 
     # -- online SGD ---------------------------------------------------------------------------
     def sgd(self, cfg: Config, *, dim: int, start: Any = None) -> AbstractSGD:

@@ -80,33 +80,52 @@ class Param:
             self.convert(value)           # raises its own one-line ConfigError
 
 
+class CurvePoint(eqx.Module):
+    """What a differentiable learning curve substitutes its parameters into: a vector field
+    or a diffusion (`field`, with its `model` and `steps`) and the start of the curve
+    (`start`: a callable `start(model, key, dim)` whose leaves are the start's own
+    parameters, e.g. initial scales)."""
+
+    field: Any
+    start: Any
+
+    @property
+    def model(self) -> Any:
+        return self.field.model
+
+    @property
+    def steps(self) -> Any:
+        return self.field.steps
+
+
 @dataclasses.dataclass(frozen=True)
 class Hyperparameter:
-    """A differentiable config key (`key`, e.g. `"training.lr"`) and where its value lives:
-    the leaf (or the leaves set together: a tuple) that `select` picks in the model
-    (`in_model`) or in the step sizes ([`headflow.dynamics.StepSizes`][]). [`get`][] and
-    [`set`][] read and replace it in anything that holds a `model` and its `steps` (a vector
-    field, a diffusion)."""
+    """A differentiable config key (`key`, e.g. `"training.lr"`) and the leaf (or the leaves
+    set together: a tuple) that `select` picks in a [`CurvePoint`][]: in its model
+    (`p.model.noise`), its step sizes (`p.steps.lr`, [`headflow.dynamics.StepSizes`][]) or
+    its start (`p.start.key_std`). [`get`][] and [`set`][] read and replace it; a key whose
+    value enters otherwise (a factor applied to a prior) is a subclass that overrides them."""
 
     key: str
     select: Callable[[Any], Any]
-    in_model: bool = False
 
-    def _holder(self, obj: Any) -> Any:
-        return obj.model if self.in_model else obj.steps
-
-    def _leaves(self, obj: Any) -> tuple:
-        got = self.select(self._holder(obj))
+    def _leaves(self, point: Any) -> tuple:
+        got = self.select(point)
         return got if isinstance(got, tuple) else (got,)
 
-    def get(self, obj: Any) -> Any:
-        """The value in `obj` (the first leaf when it selects several)."""
-        return self._leaves(obj)[0]
+    def get(self, point: Any) -> Any:
+        """The value in `point` (the first leaf when it selects several)."""
+        return self._leaves(point)[0]
 
-    def set(self, obj: Any, value: Any) -> Any:
-        """`obj` with the selected leaf (or leaves) replaced by `value`."""
-        n = len(self._leaves(obj))
-        return eqx.tree_at(self._leaves, obj, (value,) * n)
+    def set(self, point: Any, value: Any) -> Any:
+        """`point` with the selected leaf (or leaves) replaced by `value`."""
+        n = len(self._leaves(point))
+        return eqx.tree_at(self._leaves, point, (value,) * n)
+
+
+def model_field(point: Any, name: str) -> Any:
+    """The model's field `name` in a [`CurvePoint`][] (a selector)."""
+    return getattr(point.model, name)
 
 
 def param(default: Any = _MISSING, *, section: str = "model", key: str | None = None,

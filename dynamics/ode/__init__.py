@@ -48,6 +48,9 @@ from ._models import init_start as init_start
 from ._models import frozen_init as frozen_init
 from ._models import risk_rule as risk_rule
 from ._models import states_risk as states_risk
-from ._models import ModelCurve as ModelCurve
+from ._models import FamilyRisk as FamilyRisk
+from ._models import FamilyStart as FamilyStart
+from ._models import LearningCurve as LearningCurve
+from ._models import learning_curve as learning_curve
 from ._models import curve_from_config as curve_from_config
 from ._models import differentiable_keys as differentiable_keys

@@ -20,6 +20,7 @@ from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
 from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
 from ..models._base import GramState, ModelBase
+from ..models._params import CurvePoint
 from ..models._risk import model_risk
 from ._backend import backend_of
 from ._curve import curve_solver
@@ -117,86 +118,158 @@ def as_float64(state: PyTree) -> PyTree:
     return jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), state)
 
 
-class ModelCurve(eqx.Module):
-    """The risk on the save grid of a model of the family as a pure, differentiable function of
-    its hyperparameters (the counterpart of [`headflow.dynamics.models.attention.LearningCurve`][]
-    for `docs/models.md`): `curve(params)` with `params` a dict keyed by the config keys the model
-    declares ([`headflow.dynamics.models.AbstractModel.hyperparameters`][]; the config's values for
-    the others).
-    Each key enters the model or the step sizes through its
-    [`headflow.dynamics.models.Hyperparameter`][].
+class FamilyStart(eqx.Module):
+    """The start of a family model's learning curve: what `[ode] init` names (`init`, in its
+    [`frozen_init`][] form), drawn with the model the curve substituted (its initial scales are
+    its fields)."""
 
-    Fixed at construction: the vector field (closed forms or nodes), the risk's nodes where it
-    has no closed form, the random start's key at `[sim] dim` (its scales follow `params`), the
-    integrator and the adjoint."""
+    init: Any = eqx.field(static=True)
 
-    field: AbstractField
+    def __call__(self, model: ModelBase, key: Array, dim: int) -> GramState:
+        return as_float64(init_start(model, self.init, key, dim))
+
+
+class FamilyRisk(eqx.Module):
+    """The risk of a family model's state on fixed `nodes` (exact where the model has a
+    closed form): what a learning curve records."""
+
     nodes: Any
+
+    def __call__(self, model: ModelBase, state: GramState) -> Array:
+        return model_risk(model, state, self.nodes)[0]
+
+
+def check_curve_params(params: Any, keys: tuple[str, ...], what: str) -> None:
+    """One-line [`ConfigError`][]s for parameters a curve cannot take: a schedule the config
+    does not set, a step size that the config's schedule replaces, or an unknown key."""
+    for k in params:
+        if k in keys:
+            continue
+        if k.endswith("_schedule") and k.removesuffix("_schedule") in keys:
+            raise ConfigError(f"{what}: {k} given but the config sets no [training] "
+                              f"{k.partition('.')[2]} (its knot times)")
+        if f"{k}_schedule" in keys:
+            raise ConfigError(f"{what}: {k} has no effect: the config sets {k}_schedule, "
+                              "which replaces it")
+    unknown = sorted(set(params) - set(keys))
+    if unknown:
+        raise ConfigError(f"{what}: unknown parameter(s) {', '.join(unknown)}; "
+                          f"differentiable ones: {', '.join(keys)}")
+
+
+class LearningCurve(eqx.Module):
+    """The risk on the save grid as a pure, differentiable function of the hyperparameters,
+    for every model (`docs/differentiable.md`): `curve(params)` integrates the configured ODE
+    with the values `params` gives (a dict keyed by the config keys the model declares,
+    `AbstractModel.hyperparameters`; the config's values for the others) and returns the risk
+    at `ts`. Each key enters the vector field or the start through its
+    [`headflow.dynamics.models.Hyperparameter`][]. Differentiable in `params` (`jax.grad`,
+    `jax.jacfwd`) and jit-able (`eqx.filter_jit`); build it once per config with
+    [`from_config`][].
+
+    Fixed at construction: the vector field's nodes and the risk's nodes (common random
+    numbers, so the curve is smooth in `params`), the random start's key at `[sim] dim` (its
+    scales follow `params`), the integrator and the adjoint.
+
+    **Fields:** `point` (the vector field and the start at the config's values,
+    [`headflow.dynamics.models.CurvePoint`][]), `risk` (the model's `curve_risk`), `ts`,
+    `integrator`, `adjoint`, `key`, `base` (the config's value of every parameter),
+    `hyper` (the model's hyperparameters), `dim`."""
+
+    point: CurvePoint
+    risk: Any
     ts: Array
     integrator: Any
     adjoint: Any
     key: Array
     base: dict[str, Array]
-    selectors: tuple = eqx.field(static=True)
+    hyper: tuple = eqx.field(static=True)
     dim: int = eqx.field(static=True)
-    init: Any = eqx.field(static=True)
 
     @classmethod
     def from_config(cls, cfg: Config, *, adjoint: str = "recursive",
-                    checkpoints: int | None = 4096, times=None) -> ModelCurve:
-
+                    checkpoints: int | None = 4096, times=None) -> LearningCurve:
+        """**Arguments:** `cfg` (the model, `[training]`, `[ode]` and the `[output]` grid, or
+        `times`), `adjoint` (one of [`ADJOINTS`][headflow.dynamics.ode.ADJOINTS]),
+        `checkpoints` (of the recursive adjoint: with at least as many as the solver takes
+        steps, nothing is recomputed; None: diffrax's `log(max_steps)`). The blow-up event of
+        the integrator is kept for the recursive adjoint and dropped for backsolve (which
+        cannot take events)."""
         require_x64("the differentiable learning curve")
         model = cfg.build_model()
-        field = model_field(cfg, model)
+        field = model.vector_field(cfg, None, sgd_noise=cfg.ode.sgd_noise)
         integrator, adj, ts = curve_solver(cfg, field, adjoint, checkpoints, times)
-        selectors = tuple(model.hyperparameters(cfg.training, field.steps))
-        base = {h.key: jnp.asarray(h.get(field), jnp.float64) for h in selectors}
-        return cls(field=field, nodes=risk_rule(cfg).nodes(model.n_rows), ts=ts,
-                   integrator=integrator, adjoint=adj,
-                   key=jr.key(cfg.sim.seed), base=base, selectors=selectors,
-                   dim=int(cfg.sim.dim), init=frozen_init(cfg.ode.init))
+        point = CurvePoint(field=field, start=model.curve_start(cfg))
+        hyper = tuple(model.hyperparameters(cfg, field.steps))
+        base = {h.key: jnp.asarray(h.get(point), jnp.float64) for h in hyper}
+        return cls(point=point, risk=model.curve_risk(cfg), ts=ts, integrator=integrator,
+                   adjoint=adj, key=jr.key(cfg.sim.seed), base=base, hyper=hyper,
+                   dim=int(cfg.sim.dim))
 
     @property
     def keys(self) -> tuple[str, ...]:
         """The differentiable parameters."""
-        return tuple(h.key for h in self.selectors)
+        return tuple(h.key for h in self.hyper)
 
     def defaults(self) -> dict[str, Array]:
-        """The config's value of every differentiable parameter."""
+        """The config's value of every differentiable parameter (the schedules' knot values
+        where the config sets them, and then not the step sizes they replace)."""
         return dict(self.base)
 
-    def field_and_start(self, params) -> tuple[AbstractField, GramState]:
+    def point_at(self, params) -> CurvePoint:
         """The vector field and the start with `params` substituted."""
-
-        unknown = sorted(set(params) - set(self.base))
-        if unknown:
-            raise ConfigError(f"learning curve: unknown parameter(s) {', '.join(unknown)}; "
-                              f"differentiable ones: {', '.join(self.keys)}")
-        field = self.field
-        for h in self.selectors:
+        check_curve_params(params, self.keys, "learning curve")
+        point = self.point
+        for h in self.hyper:
             if h.key in params:
-                field = h.set(field, jnp.asarray(params[h.key], jnp.float64))
-        model = field.model
-        start = init_start(model, self.init, self.key, self.dim)
-        return field, as_float64(start)
+                point = h.set(point, jnp.asarray(params[h.key], jnp.float64))
+        return point
 
-    def __call__(self, params) -> Array:
-        """`ε_g` at `ts`; NaN everywhere when the solve failed."""
+    def field_and_start(self, params) -> tuple[AbstractField, Any]:
+        """The vector field and the initial state with `params` substituted."""
+        point = self.point_at(params)
+        return point.field, point.start(point.model, self.key, self.dim)
+
+    def trajectory(self, params) -> tuple[Any, Array]:
+        """The solution on `ts` (leaves `(T, ...)`) and whether the solve succeeded."""
+        _, ys, ok = self._solve(params)
+        return ys, ok
+
+    def _solve(self, params):
         field, start = self.field_and_start(params)
         sol = solve(dfx.ODETerm(field), start, self.ts, self.integrator, adjoint=self.adjoint)
-        ok = sol.result == dfx.RESULTS.successful
-        risk = jax.lax.map(lambda s: model_risk(field.model, s, self.nodes)[0], sol.ys,
-                           batch_size=8)
+        return field, sol.ys, sol.result == dfx.RESULTS.successful
+
+    def __call__(self, params) -> Array:
+        """The risk at `ts`; NaN everywhere when the solve failed (blow-up, NaN,
+        `max_steps`)."""
+        field, ys, ok = self._solve(params)
+        risk = jax.lax.map(lambda s: self.risk(field.model, s), ys, batch_size=8)
         return jnp.where(ok, risk, jnp.nan)
 
 
-def curve_from_config(cfg: Config, **options: Any) -> Any:
+def learning_curve(params, cfg: Config, *, adjoint: str = "recursive") -> Array:
+    """The risk on `cfg`'s save grid as a pure, differentiable function of `params` (a dict
+    of the model's differentiable config keys; the config gives the others):
+
+    ```python
+    cfg = d.load_config("validation/configs/demo.toml")
+    risk_T = lambda p: learning_curve(p, cfg)[-1]
+    jax.grad(risk_T)({"training.lr": 1.0, "prior.amplitude": 3.0})
+    ```
+
+    For repeated calls build [`LearningCurve.from_config`][] once and `eqx.filter_jit` it."""
+    return LearningCurve.from_config(cfg, adjoint=adjoint)(params)
+
+
+def curve_from_config(cfg: Config, **options: Any) -> LearningCurve:
     """The differentiable learning curve of a config (`options`: `adjoint`, `checkpoints`,
-    `times`): the model's `learning_curve` ([`ModelCurve`][] for a model of the family,
-    [`headflow.dynamics.models.attention.LearningCurve`][] for the attention model)."""
-    return cfg.build_model().learning_curve(cfg, **options)
+    `times`; [`LearningCurve.from_config`][])."""
+    return LearningCurve.from_config(cfg, **options)
 
 
 def differentiable_keys(cfg: Config) -> tuple[str, ...]:
-    """The config keys that the learning curve of `cfg` differentiates through."""
-    return cfg.build_model().curve_keys(cfg)
+    """The config keys that the learning curve of `cfg` differentiates through (the model's
+    `hyperparameters`)."""
+    return tuple(h.key for h in cfg.build_model().hyperparameters(
+        cfg, StepSizes.from_config(cfg.training)))

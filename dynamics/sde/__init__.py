@@ -24,5 +24,6 @@ from ._solve import DriftHeun as DriftHeun
 from ._solve import in_domain as in_domain
 from ._models import ModelDiffusion as ModelDiffusion
 from ._models import noise_rule as noise_rule
-from ._models import ModelSDECurve as ModelSDECurve
+from ._models import FamilySDEStart as FamilySDEStart
+from ._models import SDECurve as SDECurve
 from ._models import sde_curve_from_config as sde_curve_from_config

@@ -14,7 +14,7 @@ import numpy as np
 from jax.tree_util import Partial
 from jaxtyping import Array, Float, Key
 
-from .._errors import ConfigError, HeadflowError, require_x64
+from .._errors import HeadflowError, require_x64
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import (
@@ -24,10 +24,10 @@ from ..expectations import (
 )
 from ..fields import AbstractField, exact_backend, model_nodes, sample_fields
 from ..models._base import GramState, ModelBase
+from ..models._params import CurvePoint
 from ..models._increment import sample_increment
-from ..models._risk import model_risk
-from ..ode import adjoint_of, model_field, named_start, risk_rule, traced_values
-from ..ode._models import as_float64
+from ..ode import adjoint_of, model_field, named_start, traced_values
+from ..ode._models import as_float64, check_curve_params
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import _power_of_two, sde_setup
 from ._solve import OverlapSDE, solve_paths
@@ -164,33 +164,53 @@ def model_start_sampler(model: ModelBase, cfg: Config) -> Partial:
     return Partial(type(model).initial_state, model)
 
 
-class ModelSDECurve(eqx.Module):
+class FamilySDEStart(eqx.Module):
+    """The start of every path of a family model's SDE curve: the state `[ode] init` names
+    (`named`), else one random initialization at D of the model the curve substituted."""
+
+    named: GramState | None = None
+
+    def __call__(self, model: ModelBase, key: Any, dim: int) -> GramState:
+        return model.initial_state(key, dim) if self.named is None else self.named
+
+
+class SDECurve(eqx.Module):
     """The mean risk over an ensemble of SDE paths on the save grid, as a pure, differentiable
     function of a model's hyperparameters (the SDE counterpart of
-    [`headflow.dynamics.ode.ModelCurve`][]): `curve(params)` runs the paths of
-    [`headflow.dynamics.sde.run_sde`][] (the same drift, diffusion, solver, step grid, initial
-    draws and Brownian paths) with `params` substituted through the model's hyperparameters in
-    the drift and the diffusion, and returns the mean over the paths of each path's risk at
-    `ts`. Every random number is fixed at construction, so the curve is smooth in `params`."""
+    [`headflow.dynamics.ode.LearningCurve`][], for every model): `curve(params)` runs the
+    paths of [`headflow.dynamics.sde.run_sde`][] (the same drift, diffusion, solver, step grid,
+    initial draws and Brownian paths) with `params` substituted through the model's
+    hyperparameters in the drift, the diffusion and the start, and returns the mean over the
+    paths of each path's risk at `ts`.
+
+    Every random number (initial draws, Brownian paths, the nodes of the fields and of the
+    risk) is fixed at construction, so the curve is smooth in `params`, differentiable with
+    the adjoint it was built with: `"forward"` (the default, `jax.jacfwd`: a few parameters
+    against a whole curve, as `headflow fit --model sde` needs) or `"recursive"` (reverse
+    mode). It is the model of an SGD seed mean when the escapes spread: the ODE is one path
+    through the mean initial state, while the mean of SGD runs averages over where each run
+    escapes."""
 
     sde: OverlapSDE
+    start: Any
+    risk: Any
     solver: Any
-    nodes: Any
     ts: Float[Array, " T"]
     grid: Float[Array, " K"]
     init_keys: Key[Array, " N"]
     bm_keys: Key[Array, " N"]
     base: dict[str, Array]
     adjoint: Any
-    selectors: tuple = eqx.field(static=True)
+    hyper: tuple = eqx.field(static=True)
     dim: int = eqx.field(static=True)
     tol: float = eqx.field(static=True)
 
     @classmethod
     def from_config(cls, cfg: Config, *, paths: int | None = None, dim: int | None = None,
-                    times=None, adjoint: str = "forward") -> ModelSDECurve:
+                    times=None, adjoint: str = "forward") -> SDECurve:
         """`paths` (default `[sde] paths`), `dim` (default `[sim] dim`), `times` (default the
-        `[output]` grid), `adjoint` (`"forward"` or `"recursive"`)."""
+        `[output]` grid), `adjoint` (`"forward"` or `"recursive"`; the SDE's fixed steps have
+        no continuous adjoint)."""
 
         require_x64("the SDE learning curve")
         if adjoint == "backsolve":
@@ -198,17 +218,19 @@ class ModelSDECurve(eqx.Module):
                                 "adjoint; use 'forward' or 'recursive'")
         s = sde_setup(cfg, dim=dim, paths=paths, times=times)
         model, drift = s.model, s.sde.drift
-        selectors = tuple(model.hyperparameters(cfg.training, drift.steps))
-        base = {h.key: jnp.asarray(h.get(drift), jnp.float64) for h in selectors}
-        return cls(sde=s.sde, solver=s.solver, nodes=risk_rule(cfg).nodes(model.n_rows),
-                   ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid), init_keys=s.init_keys,
-                   bm_keys=s.bm_keys, base=base, adjoint=adjoint_of(adjoint),
-                   selectors=selectors, dim=s.dim, tol=s.tol)
+        start = model.curve_start(cfg, sde=True)
+        point = CurvePoint(field=drift, start=start)
+        hyper = tuple(model.hyperparameters(cfg, drift.steps))
+        base = {h.key: jnp.asarray(h.get(point), jnp.float64) for h in hyper}
+        return cls(sde=s.sde, start=start, risk=model.curve_risk(cfg, sde=True),
+                   solver=s.solver, ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid),
+                   init_keys=s.init_keys, bm_keys=s.bm_keys, base=base,
+                   adjoint=adjoint_of(adjoint), hyper=hyper, dim=s.dim, tol=s.tol)
 
     @property
     def keys(self) -> tuple[str, ...]:
         """The differentiable parameters."""
-        return tuple(h.key for h in self.selectors)
+        return tuple(h.key for h in self.hyper)
 
     def defaults(self) -> dict[str, Array]:
         """The config's value of every differentiable parameter."""
@@ -216,26 +238,23 @@ class ModelSDECurve(eqx.Module):
 
     def paths(self, params) -> Float[Array, "N T"]:
         """Each path's risk at `ts` (NaN where a path is not finite)."""
-
-        unknown = sorted(set(params) - set(self.base))
-        if unknown:
-            raise ConfigError(f"SDE learning curve: unknown parameter(s) {', '.join(unknown)}; "
-                              f"differentiable ones: {', '.join(self.keys)}")
-        drift, diffusion = self.sde.drift, self.sde.diffusion
-        assert isinstance(diffusion, ModelDiffusion)
-        for h in self.selectors:
+        check_curve_params(params, self.keys, "SDE learning curve")
+        drift = CurvePoint(field=self.sde.drift, start=self.start)
+        diffusion = CurvePoint(field=self.sde.diffusion, start=self.start)
+        for h in self.hyper:
             if h.key in params:
                 value = jnp.asarray(params[h.key], jnp.float64)
                 drift, diffusion = h.set(drift, value), h.set(diffusion, value)
-        sde = eqx.tree_at(lambda s: (s.drift, s.diffusion), self.sde, (drift, diffusion))
-        model = diffusion.model
-        y0 = jax.vmap(lambda k: diffusion.flatten(model.initial_state(k, self.dim)))(
+        sde = eqx.tree_at(lambda s: (s.drift, s.diffusion), self.sde,
+                          (drift.field, diffusion.field))
+        diff, model = diffusion.field, diffusion.model
+        y0 = jax.vmap(lambda k: diff.flatten(diffusion.start(model, k, self.dim)))(
             self.init_keys)
         ys = solve_paths(sde, self.solver, y0, self.bm_keys, self.ts, self.grid, self.tol,
                          self.adjoint)
         flat = ys.reshape(-1, ys.shape[-1])
-        r = jax.lax.map(lambda y: model_risk(model, diffusion.unflatten(y), self.nodes)[0],
-                        flat, batch_size=8).reshape(ys.shape[:2])
+        r = jax.lax.map(lambda y: self.risk(model, diff.unflatten(y)), flat,
+                        batch_size=8).reshape(ys.shape[:2])
         return jnp.where(jnp.all(jnp.isfinite(ys), axis=-1), r, jnp.nan)
 
     def __call__(self, params) -> Float[Array, " T"]:
@@ -243,8 +262,7 @@ class ModelSDECurve(eqx.Module):
         return jnp.mean(self.paths(params), axis=0)
 
 
-def sde_curve_from_config(cfg: Config, **options: Any) -> Any:
+def sde_curve_from_config(cfg: Config, **options: Any) -> SDECurve:
     """The SDE ensemble's mean learning curve of a config (`options`: `paths`, `dim`, `times`,
-    `adjoint`): the model's `sde_curve` ([`ModelSDECurve`][] for a model of the family,
-    [`headflow.dynamics.models.attention.SDECurve`][] for the attention model)."""
-    return cfg.build_model().sde_curve(cfg, **options)
+    `adjoint`; [`SDECurve.from_config`][])."""
+    return SDECurve.from_config(cfg, **options)

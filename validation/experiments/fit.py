@@ -15,13 +15,12 @@ import numpy as np
 import optimistix as optx
 
 from headflow.dynamics import Config, ConfigError, HeadflowError
-from headflow.dynamics.models.attention import PARAMS, LearningCurve, SDECurve
-from headflow.dynamics.ode import ModelCurve, curve_from_config, differentiable_keys
-from headflow.dynamics.sde import ModelSDECurve, sde_curve_from_config
+from headflow.dynamics.ode import LearningCurve, curve_from_config, differentiable_keys
+from headflow.dynamics.sde import SDECurve, sde_curve_from_config
 
 from ._constants import MODELS as MODELS  # light: shown by `--help`
 
-Curve: TypeAlias = LearningCurve | ModelCurve | SDECurve | ModelSDECurve
+Curve: TypeAlias = LearningCurve | SDECurve
 """The differentiable curves a fit runs on."""
 
 
@@ -79,10 +78,10 @@ def _materialized_jvp(primals, tangents):
     return out, t_out
 
 
-def check_names(names: Sequence[str], params: Sequence[str] = PARAMS) -> list[str]:
-    """The parameter names, checked: scalar keys of `params` (the differentiable parameters:
-    [`headflow.dynamics.models.attention.PARAMS`][] for the attention model, a model's own keys
-    otherwise; one-line [`headflow.dynamics.ConfigError`][] otherwise)."""
+def check_names(names: Sequence[str], params: Sequence[str]) -> list[str]:
+    """The parameter names, checked: scalar keys of `params` (the config's differentiable
+    parameters, [`headflow.dynamics.ode.differentiable_keys`][]; one-line
+    [`headflow.dynamics.ConfigError`][] otherwise)."""
     names = list(names)
     bad = [n for n in names if n not in params or "schedule" in n]
     if bad or not names or len(set(names)) != len(names):

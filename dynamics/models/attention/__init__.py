@@ -10,7 +10,9 @@ and the structure its theory exploits beyond the generic engine. Here:
   [`headflow.dynamics.symbolic.SymbolicField`][];
 - its starts ([`symmetric_start`][], [`random_start`][]) and its risk along a trajectory;
 - the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
-- its differentiable learning curves ([`LearningCurve`][], [`SDECurve`][]);
+- what its differentiable learning curves read: its hyperparameters ([`PARAMS`][],
+  [`hyperparameters`][]), the start they set ([`AttentionStart`][]) and its risk
+  ([`AttentionRisk`][]);
 - its online SGD at finite D as exact maps: of the weights ([`AttentionWeightSGD`][],
   [`sgd_step`][]) and, exactly in law, of the overlaps ([`AttentionChainSGD`][],
   `docs/overlap-sgd.md`).
@@ -34,10 +36,10 @@ from ._start import initial_overlaps as initial_overlaps
 from ._start import random_start as random_start
 from ._start import symmetric_start as symmetric_start
 from ._curve import PARAMS as PARAMS
-from ._curve import LearningCurve as LearningCurve
-from ._curve import learning_curve as learning_curve
-from ._curve import param_defaults as param_defaults
-from ._curve import substitute as substitute
+from ._curve import AttentionRisk as AttentionRisk
+from ._curve import AttentionStart as AttentionStart
+from ._curve import PriorAmplitude as PriorAmplitude
+from ._curve import hyperparameters as hyperparameters
 from ._diffusion import Diffusion as Diffusion
 from ._diffusion import entry_names as entry_names
 from ._diffusion import flatten as flatten
@@ -47,7 +49,6 @@ from ._diffusion import unflatten as unflatten
 from ._ode import field_class as field_class
 from ._ode import resolved_rhs as resolved_rhs
 from ._ode import trajectory_risk as trajectory_risk
-from ._sde_curve import SDECurve as SDECurve
 from ._sgd import AttentionWeightSGD as AttentionWeightSGD
 from ._sgd import field_gradients as field_gradients
 from ._sgd import sgd_step as sgd_step

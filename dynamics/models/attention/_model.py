@@ -20,6 +20,7 @@ from jaxtyping import Array, Float, Scalar
 from ..._errors import HeadflowError
 from ..._model import AttentionBase
 from ..._overlaps import Overlaps
+from ..._risk import risk_nodes
 from ..._steps import StepSizes
 from ..._value_moments import SIGNAL
 from ..._weights import weights_from_overlaps
@@ -31,14 +32,14 @@ from ...ode import risk_rule, traced_values
 from ...ode._backend import backend_of
 from ...sde import noise_samples
 from .._base import register_model
+from .._params import Hyperparameter
 from .._model import AbstractModel
 from .._sgd import AbstractSGD
-from ._curve import PARAMS, LearningCurve
+from ._curve import AttentionRisk, AttentionStart, hyperparameters
 from ._diffusion import Diffusion
 from ._full import FullField
 from ._ode import field_class, resolved_rhs, trajectory_risk
 from ._chain import AttentionChainSGD
-from ._sde_curve import SDECurve
 from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
 
@@ -136,14 +137,27 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
         del field
         return {"rhs": resolved_rhs(cfg, self)}
 
-    def learning_curve(self, cfg: Config, **options: Any) -> LearningCurve:
-        """[`LearningCurve`][]."""
-        return LearningCurve.from_config(cfg, **options)
+    def hyperparameters(self, cfg: Any, steps: StepSizes) -> tuple[Hyperparameter, ...]:
+        """Those of [`PARAMS`][headflow.dynamics.models.attention.PARAMS] that `cfg` has
+        ([`hyperparameters`][])."""
+        return hyperparameters(cfg, steps)
 
-    def curve_keys(self, cfg: Config) -> tuple[str, ...]:
-        """[`PARAMS`][]."""
-        del cfg
-        return PARAMS
+    def curve_start(self, cfg: Config, *, sde: bool = False) -> AttentionStart:
+        """[`AttentionStart`][] with the scales of `[training]`."""
+        tr = cfg.training
+        f64 = lambda x: jnp.asarray(x, jnp.float64)  # noqa: E731
+        return AttentionStart(model=self, key_std=f64(tr.init_key_std),
+                              value_std=f64(tr.init_value_std), bias=f64(tr.init_bias),
+                              init=str(cfg.ode.init), manifold=cfg.ode.form == "manifold",
+                              sde=sde)
+
+    def curve_risk(self, cfg: Config, *, sde: bool = False) -> AttentionRisk:
+        """On the ODE's nodes and form ([`AttentionRisk`][]); for the SDE, as SGD records it
+        (`[sim] risk_samples` Monte Carlo nodes of seed `[ode] seed`, all overlaps)."""
+        if sde:
+            return AttentionRisk(nodes=risk_nodes(self, risk_rule(cfg)))
+        return AttentionRisk(nodes=risk_nodes(self, backend_of(cfg)),
+                             manifold=cfg.ode.form == "manifold")
 
     # -- the SDE ------------------------------------------------------------------------------
     def sde_terms(self, cfg: Config, drift_backend: AbstractExpectation | None,
@@ -171,10 +185,6 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
         if dim < self.F + 1:
             raise HeadflowError(f"--dim {dim}: must exceed model.F = {self.F} (the teacher "
                                 "needs F + 1 orthogonal directions)")
-
-    def sde_curve(self, cfg: Config, **options: Any) -> SDECurve:
-        """[`SDECurve`][]."""
-        return SDECurve.from_config(cfg, **options)
 
     # -- online SGD ---------------------------------------------------------------------------
     def sgd(self, cfg: Config, *, dim: int, start: Any = None) -> AbstractSGD:
