@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import math
 import tomllib
-import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,37 +20,11 @@ from typing import Any
 import numpy as np
 import tomli_w
 
-from ._errors import ConfigError, check_memory
-from ._schedule import Schedule
-from .activations import activation_class
-from .expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES
-from .fields import has_exact_field
+from ._errors import ConfigError
+from .expectations import MIN_SAMPLES
 from .models._base import model_class
 from .models._loading import resolve_kind
 from .priors import REQUIRED, AbstractPrior, prior_class, prior_kinds
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelSection:
-    """`[model]` of the attention model (`kind = "attention"`, the default); the other kinds
-    bring their own section ([`headflow.dynamics.models.model_class`][]`(kind).section`)."""
-
-    kind: str = "attention"
-    L: int = 4
-    H: int = 2
-    F: int = 1
-    activation: str = "bayes_softmax"
-    noise: float = 0.0
-    rho: float = 1.0
-    train_values: bool = True
-
-    def validate(self) -> None:
-        _at_least("model.L", self.L, 1)
-        _at_least("model.H", self.H, 1)
-        _at_least("model.F", self.F, 1)
-        activation_class(self.activation)  # raises with the list of choices
-        _at_least("model.noise", self.noise, 0.0)
-        _positive("model.rho", self.rho)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,33 +92,6 @@ class PriorSection:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **{k: v for k, v in self.values.items() if v is not None}}
-
-
-@dataclasses.dataclass(frozen=True)
-class TrainingSection:
-    lr: float = 1.0
-    lr_bias: float = 1.0
-    weight_decay: float = 0.0
-    batch: int = 1
-    init_key_std: float = 0.1
-    init_value_std: float = 0.1
-    init_bias: float = 0.0
-    t_max: float = 100.0
-    lr_schedule: dict | None = None       # {kind = "linear" | "log", times, values}: η(t),
-    lr_bias_schedule: dict | None = None  # η_b(t) (replace lr, lr_bias; docs/differentiable.md)
-
-    def validate(self) -> None:
-        _at_least("training.lr", self.lr, 0.0)
-        _at_least("training.lr_bias", self.lr_bias, 0.0)
-        _at_least("training.weight_decay", self.weight_decay, 0.0)
-        _at_least("training.batch", self.batch, 1)
-        _at_least("training.init_key_std", self.init_key_std, 0.0)
-        _at_least("training.init_value_std", self.init_value_std, 0.0)
-        _finite("training.init_bias", self.init_bias)
-        _positive("training.t_max", self.t_max)
-        for name in ("lr_schedule", "lr_bias_schedule"):
-            if getattr(self, name) is not None:
-                Schedule.from_table(f"training.{name}", getattr(self, name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,19 +224,30 @@ class OutputSection:
             _positive("output.t_min", self.t_min)
 
 
-_SECTIONS: dict[str, type] = {
-    "model": ModelSection, "prior": PriorSection, "training": TrainingSection,
+_SECTIONS: dict[str, type | None] = {
+    "model": None, "prior": PriorSection, "training": None,
     "ode": ODESection, "sim": SimSection, "output": OutputSection, "sde": SDESection,
 }
+"""The config's sections, in order; `[model]` and `[training]` are the model class's own
+tables (`section()`, `training()`), and `[prior]` is read by the models that declare it
+(`extra_sections`)."""
+
+DEFAULT_KIND = "attention"
+"""`[model] kind` when the config does not say (left out of a written config)."""
+
+
+def _default_table(which: str) -> Any:
+    cls: Any = model_class(DEFAULT_KIND)
+    return (cls.section() if which == "model" else cls.training())()
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A fully validated experiment configuration."""
 
-    model: Any = ModelSection()           # or the section of another model.kind
+    model: Any = dataclasses.field(default_factory=lambda: _default_table("model"))
     prior: PriorSection = PriorSection()
-    training: Any = TrainingSection()     # or the [training] of another model.kind
+    training: Any = dataclasses.field(default_factory=lambda: _default_table("training"))
     ode: ODESection = ODESection()
     sim: SimSection = SimSection()
     output: OutputSection = OutputSection()
@@ -299,109 +256,59 @@ class Config:
     def __post_init__(self):
         for name in ("model", "training", "ode", "sim", "output", "sde"):
             getattr(self, name).validate()
-        if self.model_kind != "attention":
-            self._check_model()
-            return
-        if self.ode.expectation == "exact":
-            raise ConfigError("ode.expectation = 'exact': closed forms exist for models of "
-                              "units with Gaussian integrals (model.kind = 'committee'); "
-                              "choose 'mc', 'qmc' or 'quadrature'")
-        if isinstance(self.ode.init, dict):
-            raise ConfigError("ode.init: a table of named order parameters is for models of "
-                              "the family; the attention model takes 'random' or 'symmetric'")
-        object.__setattr__(self, "prior", self.prior.resolved(self.model.F))
-        self.build_prior()  # the prior classes check the rest (weights, p, var > 0)
-        if self.sim.dim < self.model.F + 1:
-            raise ConfigError(f"sim.dim = {self.sim.dim}: must exceed model.F = {self.model.F} "
-                              "(the teacher needs F + 1 orthogonal directions)")
+        cls = self.model_class
+        if "prior" not in cls.extra_sections and self.prior != PriorSection():
+            raise ConfigError(f"[prior] is not used by model.kind = {self.model_kind!r} (it "
+                              "describes the attention model's latent directions)")
+        for name, section in cls.check_config(self).items():
+            object.__setattr__(self, name, section)
         if self.output.t_min is not None and self.output.t_min >= self.training.t_max:
             raise ConfigError(f"output.t_min = {self.output.t_min}: must be < training.t_max")
-        if self.sim.space == "overlaps":
-            m = self.model
-            need = (2 * m.H if m.train_values else m.H) + m.F + 1 + m.L * self.training.batch + 1
-            if self.sim.dim < need:
-                raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
-                                  f"D >= N + B·L + 1 = {need} (the Wishart remainder)")
-        self._check_memory()
 
     @property
     def model_kind(self) -> str:
-        """`[model] kind`: `"attention"` or a registered model ([`headflow.dynamics.models`][])."""
+        """`[model] kind`: a registered model ([`headflow.dynamics.models`][]), or one named
+        by its code (`file.py:Class`, `package.module:Class`)."""
         return self.model.kind
 
-    def _check_model(self) -> None:
-        """The checks of a model of the family (not the attention model)."""
-
-        if self.prior != PriorSection():
-            raise ConfigError(f"[prior] is not used by model.kind = {self.model_kind!r} "
-                              "(it describes the attention model's latent directions)")
-        model = self.build_model()
-        model.check()
-        if self.ode.expectation == "exact" and not has_exact_field(model):
-            raise ConfigError(f"ode.expectation = 'exact': model.kind = {self.model_kind!r}"
-                              + (f" with model.activation = {self.model.activation!r}"
-                                 if hasattr(self.model, "activation") else "")
-                              + " has no closed-form Gaussian integrals for the drift; choose "
-                              "'mc', 'qmc' or 'quadrature'")
-        if isinstance(self.ode.init, dict):
-            model.check_state(model.with_named(model.limit_state(), self.ode.init),
-                              what="ode.init")
-        S, P = model.n_students, model.n_rows
-        if self.ode.expectation == "exact":     # the four-point integrals of every quadruple
-            check_memory(f"{S} student and {P - S} teacher units with ode.expectation = "
-                         "'exact' (the closed-form drift's four-point integrals)",
-                         8.0 * 16 * S * S * P * P * 3)
-        need = model.n_rows + self.training.batch + 1
-        if self.sim.space == "overlaps" and self.sim.dim < need:
-            raise ConfigError(f"sim.dim = {self.sim.dim}: sim.space = 'overlaps' needs "
-                              f"D >= N + B + 1 = {need} (the Wishart remainder)")
-        if self.sim.space == "weights":
-            check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
-                         8.0 * self.sim.dim * self.sim.seeds * (model.n_rows + 1))
-
-    def _check_memory(self) -> None:
-        """Refuse sizes whose arrays cannot fit in memory, before anything is computed."""
-        m, normal = self.model, int(self.build_prior().n_node_dims)
-        dims = normal + m.L * (m.F + m.H)       # both forms sample θ and the key fields only
-        samples = AUTO_MAX_SAMPLES if self.ode.samples == "auto" else int(self.ode.samples)
-        check_memory(f"ode.samples = {self.ode.samples} (nodes of dimension {dims})",
-                     8.0 * samples * dims)
-        check_memory(f"sim.risk_samples = {self.sim.risk_samples}",
-                     8.0 * self.sim.risk_samples * dims)
-        rows = 2 * m.H + m.F + 1 + m.L * self.training.batch
-        if self.sim.space == "weights":        # the overlap chain holds no D-vectors
-            check_memory(f"sim.dim = {self.sim.dim} with sim.seeds = {self.sim.seeds}",
-                         8.0 * self.sim.dim * self.sim.seeds * rows)
+    @property
+    def model_class(self) -> Any:
+        """The class of `[model] kind`."""
+        return model_class(self.model_kind)
 
     # -- construction -------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Config:
-        sections: dict[str, Any] = {}
         body = data.get("model", {})
-        kind = _coerce("model.kind", body.get("kind", "attention"),
-                       str) if isinstance(body, dict) else "attention"
-        classes = dict(_SECTIONS)
-        if kind != "attention":
-            kind = resolve_kind(kind, None)
+        kind = _coerce("model.kind", body.get("kind", DEFAULT_KIND),
+                       str) if isinstance(body, dict) else DEFAULT_KIND
+        kind = resolve_kind(kind, None)
+        mcls: Any = model_class(kind)
+        if isinstance(body, dict):
             data = {**data, "model": {**body, "kind": kind}}
-            mcls: Any = model_class(kind)
-            classes.update(model=mcls.section(), training=mcls.training())
-            if "prior" in data:
-                raise ConfigError(f"[prior] is not used by model.kind = {kind!r} (it "
-                                  "describes the attention model's latent directions)")
-            sections.update(model=classes["model"](kind=kind), training=classes["training"]())
+        classes: dict[str, Any] = {name: c for name, c in _SECTIONS.items()
+                                   if name != "prior" or "prior" in mcls.extra_sections}
+        classes.update(model=mcls.section(), training=mcls.training())
+        if "prior" in data and "prior" not in classes:
+            raise ConfigError(f"[prior] is not used by model.kind = {kind!r} (it "
+                              "describes the attention model's latent directions)")
+        sections: dict[str, Any] = {"model": classes["model"](kind=kind),
+                                    "training": classes["training"]()}
         for name, body in data.items():
             if name not in classes:
                 raise ConfigError(f"unknown config section [{name}]; known sections: "
                                   f"{', '.join(classes)}")
             if not isinstance(body, dict):
                 raise ConfigError(f"[{name}] must be a table of keys")
-            if kind != "attention" and name == "ode" and "expectation" not in body:
-                body = {**body, "expectation": _default_expectation(classes, data)}
+            if name == "ode" and "expectation" not in body:
+                default = _default_expectation(mcls, classes, data)
+                body = body if default is None else {**body, "expectation": default}
             sections[name] = (_make_prior(body) if name == "prior"
                               else _make_section(name, classes[name], body))
-        if kind != "attention" and "ode" not in sections:
-            sections["ode"] = ODESection(expectation=_default_expectation(classes, data))
+        if "ode" not in sections:
+            default = _default_expectation(mcls, classes, data)
+            sections["ode"] = ODESection() if default is None else ODESection(
+                expectation=default)
         return cls(**sections)
 
     @classmethod
@@ -429,23 +336,22 @@ class Config:
         return Config.from_dict(data)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
+        cls = self.model_class
         out = {}
         for name in _SECTIONS:
             sec = getattr(self, name)
             if name == "prior":
-                if self.model_kind == "attention":
+                if "prior" in cls.extra_sections:
                     out[name] = sec.to_dict()
                 continue
             out[name] = {f.name: getattr(sec, f.name) for f in dataclasses.fields(sec)
                          if getattr(sec, f.name) is not None}
-            if name == "model" and self.model_kind == "attention":
-                del out[name]["kind"]       # the default kind, kept out of attention configs
-        if self.model_kind != "attention":
-            if self.ode.expectation == ("exact" if has_exact_field(self.build_model())
-                                        else "qmc"):
-                # a computed default stays computed: a copy with another activation gets its
-                # own (config.toml then leaves it out, and reads back the same)
-                del out["ode"]["expectation"]
+            if name == "model" and self.model_kind == DEFAULT_KIND:
+                del out[name]["kind"]       # the default kind, kept out of written configs
+        if self.ode.expectation == cls.default_expectation(self.model, self.training):
+            # a computed default stays computed: a copy with another activation gets its
+            # own (config.toml then leaves it out, and reads back the same)
+            del out["ode"]["expectation"]
         return out
 
     def to_toml(self) -> str:
@@ -473,24 +379,15 @@ class Config:
         return np.concatenate([[0.0], np.geomspace(t_min, t_max, o.n_save - 1)])
 
 
-def _default_expectation(classes: dict[str, Any], data: dict[str, Any]) -> str:
-    """`[ode] expectation` when the config does not say: `"exact"` for a model with
-    closed-form Gaussian integrals, else `"qmc"`."""
-
+def _default_expectation(mcls: Any, classes: dict[str, Any], data: dict[str, Any]
+                         ) -> str | None:
+    """`[ode] expectation` when the config does not say: the model class's
+    `default_expectation` of its validated tables (None: the section's own default)."""
     model = _make_section("model", classes["model"], data.get("model", {}))
     training = _make_section("training", classes["training"], data.get("training", {}))
     model.validate()
     training.validate()
-    built = model_build(model, training)
-    built.check()
-    return "exact" if has_exact_field(built) else "qmc"
-
-
-def model_build(model: Any, training: Any) -> Any:
-    """The model object of a `[model]` and a `[training]` section of a model of the family
-    (before the whole config exists)."""
-    tables = types.SimpleNamespace(model=model, training=training)
-    return model_class(model.kind).from_config(tables)  # type: ignore[attr-defined]
+    return mcls.default_expectation(model, training)
 
 
 def _make_prior(body: dict[str, Any]) -> PriorSection:

@@ -233,3 +233,20 @@ def test_hyperparameters_read_and_replace_their_leaves():
     assert float(wide.start.key_std) == 0.5 and float(apoint.start.key_std) != 0.5
     amp = ahps["prior.amplitude"]
     assert float(amp.get(apoint)) == float(demo.prior.amplitude)
+
+
+def test_the_config_knows_no_model():
+    """`dynamics/config.py` holds the engine's sections only: `[model]` and `[training]` are
+    the model class's own tables, its checks are the class's `check_config`, and `[prior]` is
+    read only by a model that declares it (`extra_sections`)."""
+    from headflow.dynamics import config
+
+    names = _code_names(ROOT / "dynamics" / "config.py")
+    assert not names & {"ModelSection", "TrainingSection", "Model", "Committee", "L", "H"}
+    assert type(dynamics.Config().model) is Model.section()
+    committee = load_config(CONFIGS / "committee.toml")
+    assert type(committee.model) is Committee.section()
+    assert type(committee.training) is Committee.training()
+    assert config.DEFAULT_KIND == "attention" and "kind" not in dynamics.Config().to_dict()["model"]
+    assert "prior" in Model.extra_sections and "prior" not in Committee.extra_sections
+    assert "prior" not in committee.to_dict() and "prior" in dynamics.Config().to_dict()

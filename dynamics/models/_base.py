@@ -89,6 +89,8 @@ class ModelBase(eqx.Module):
                                       alignment=("R", "Q"))
     t_max: ClassVar[float] = 100.0
     """The default `training.t_max`."""
+    extra_sections: ClassVar[tuple[str, ...]] = ()
+    """Config sections the model reads beyond the engine's (the attention model: `prior`)."""
     lr_bias_key: ClassVar[str] = "lr_params"
     """The `[training]` key of the scalar parameters' step size `η_p` (unset: `lr`); the key
     exists only for a model that defines `trained`."""

@@ -7,15 +7,16 @@ as its default; a model with more structure to exploit overrides it (the attenti
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import jax.numpy as jnp
 from jax.tree_util import Partial
 
-from .._errors import HeadflowError
+from .._errors import ConfigError, HeadflowError, check_memory
 from ..config import Config
 from ..expectations import AbstractExpectation
-from ..fields import MAX_GROUP, AbstractField
+from ..fields import MAX_GROUP, AbstractField, has_exact_field
 from ..ode._models import (FamilyRisk, FamilyStart, frozen_init, model_field, model_start,
                           named_start, risk_rule, states_risk)
 from ..sde._diffusion import AbstractDiffusion
@@ -70,6 +71,49 @@ class AbstractModel(ModelBase):
     `headflow.models`, or named on the command line as `file.py:Class` or
     `package.module:Class` ([`headflow.dynamics.models.model_class`][]).
     """
+
+    # -- the config ---------------------------------------------------------------------------
+    @classmethod
+    def default_expectation(cls, model: Any, training: Any) -> str | None:
+        """`[ode] expectation` when a config does not say, from its validated `[model]` and
+        `[training]` tables: `"exact"` for a model with exact expectations (closed forms, or
+        exact rules for a polynomial), else `"qmc"`. None: the `[ode]` section's default."""
+        built = cls.from_config(SimpleNamespace(model=model, training=training))
+        built.check()
+        return "exact" if has_exact_field(built) else "qmc"
+
+    @classmethod
+    def check_config(cls, cfg: Config) -> dict[str, Any]:
+        """One-line [`headflow.dynamics.ConfigError`][]s for a config whose sections do not
+        fit the model (its declarations, `ode.expectation = "exact"` without exact
+        expectations, an `[ode] init` table that is not a valid start, a dimension too small
+        for the overlap chain) or whose arrays cannot fit in memory. Returns sections to
+        replace with their resolved form (none here)."""
+        model = cfg.build_model()
+        model.check()
+        kind = cfg.model_kind
+        if cfg.ode.expectation == "exact" and not has_exact_field(model):
+            raise ConfigError(f"ode.expectation = 'exact': model.kind = {kind!r}"
+                              + (f" with model.activation = {cfg.model.activation!r}"
+                                 if hasattr(cfg.model, "activation") else "")
+                              + " has no closed-form Gaussian integrals for the drift; choose "
+                              "'mc', 'qmc' or 'quadrature'")
+        if isinstance(cfg.ode.init, dict):
+            model.check_state(model.with_named(model.limit_state(), cfg.ode.init),
+                              what="ode.init")
+        S, P = model.n_students, model.n_rows
+        if cfg.ode.expectation == "exact":     # the four-point integrals of every quadruple
+            check_memory(f"{S} student and {P - S} teacher units with ode.expectation = "
+                         "'exact' (the closed-form drift's four-point integrals)",
+                         8.0 * 16 * S * S * P * P * 3)
+        need = P + cfg.training.batch + 1
+        if cfg.sim.space == "overlaps" and cfg.sim.dim < need:
+            raise ConfigError(f"sim.dim = {cfg.sim.dim}: sim.space = 'overlaps' needs "
+                              f"D >= N + B + 1 = {need} (the Wishart remainder)")
+        if cfg.sim.space == "weights":
+            check_memory(f"sim.dim = {cfg.sim.dim} with sim.seeds = {cfg.sim.seeds}",
+                         8.0 * cfg.sim.dim * cfg.sim.seeds * (P + 1))
+        return {}
 
     # -- the ODE ------------------------------------------------------------------------------
     def vector_field(self, cfg: Config, backend: AbstractExpectation | None = None, *,

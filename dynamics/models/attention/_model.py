@@ -25,7 +25,9 @@ from ..._steps import StepSizes
 from ..._value_moments import SIGNAL
 from ..._weights import weights_from_overlaps
 from ...activations import get_activation
-from ...config import Config, ModelSection, TrainingSection
+from ..._errors import ConfigError, check_memory
+from ...config import Config
+from ...expectations import AUTO_MAX_SAMPLES
 from ...expectations import AbstractExpectation, MonteCarlo
 from ...fields import MAX_GROUP, AbstractField
 from ...ode import risk_rule, traced_values
@@ -40,6 +42,7 @@ from ._diffusion import Diffusion
 from ._full import FullField
 from ._ode import field_class, resolved_rhs, trajectory_risk
 from ._chain import AttentionChainSGD
+from ._config import ModelSection, TrainingSection
 from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
 
@@ -56,16 +59,17 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
     noise `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False: `v_h` frozen to `v*`)."""
 
     kind: ClassVar[str] = "attention"
+    extra_sections: ClassVar[tuple[str, ...]] = ("prior",)
 
     # -- its config tables --------------------------------------------------------------------
     @classmethod
     def section(cls) -> type:
-        """The `[model]` table ([`headflow.dynamics.config.ModelSection`][])."""
+        """The `[model]` table ([`ModelSection`][])."""
         return ModelSection
 
     @classmethod
     def training(cls) -> type:
-        """The `[training]` table ([`headflow.dynamics.config.TrainingSection`][])."""
+        """The `[training]` table ([`TrainingSection`][])."""
         return TrainingSection
 
     @classmethod
@@ -86,6 +90,47 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
         return cls(L=m.L, H=m.H, activation=get_activation(m.activation),
                    prior=cfg.build_prior(), noise=float(m.noise), rho=float(m.rho),
                    train_values=bool(m.train_values))
+
+    @classmethod
+    def default_expectation(cls, model: Any, training: Any) -> str | None:
+        """None: the `[ode]` section's default (`"qmc"`)."""
+        return None
+
+    @classmethod
+    def check_config(cls, cfg: Config) -> dict[str, Any]:
+        """One-line errors for a config the attention model cannot run (closed-form or named
+        starts, a prior that does not fit, a dimension too small for its teacher or for the
+        overlap chain, arrays that cannot fit in memory); returns `[prior]` with its defaults
+        filled in."""
+        if cfg.ode.expectation == "exact":
+            raise ConfigError("ode.expectation = 'exact': closed forms exist for models of "
+                              "units with Gaussian integrals (model.kind = 'committee'); "
+                              "choose 'mc', 'qmc' or 'quadrature'")
+        if isinstance(cfg.ode.init, dict):
+            raise ConfigError("ode.init: a table of named order parameters is for models of "
+                              "the family; the attention model takes 'random' or 'symmetric'")
+        m, tr, sim = cfg.model, cfg.training, cfg.sim
+        prior = cfg.prior.resolved(m.F)
+        built = prior.build(m.F)    # the prior classes check the rest (weights, p, var > 0)
+        if sim.dim < m.F + 1:
+            raise ConfigError(f"sim.dim = {sim.dim}: must exceed model.F = {m.F} (the teacher "
+                              "needs F + 1 orthogonal directions)")
+        if sim.space == "overlaps":
+            need = (2 * m.H if m.train_values else m.H) + m.F + 1 + m.L * tr.batch + 1
+            if sim.dim < need:
+                raise ConfigError(f"sim.dim = {sim.dim}: sim.space = 'overlaps' needs "
+                                  f"D >= N + B·L + 1 = {need} (the Wishart remainder)")
+        dims = int(built.n_node_dims) + m.L * (m.F + m.H)   # θ and the key fields
+        ode = cfg.ode
+        samples = AUTO_MAX_SAMPLES if ode.samples == "auto" else int(ode.samples)
+        check_memory(f"ode.samples = {ode.samples} (nodes of dimension {dims})",
+                     8.0 * samples * dims)
+        check_memory(f"sim.risk_samples = {sim.risk_samples}", 8.0 * sim.risk_samples * dims)
+        if sim.space == "weights":        # the overlap chain holds no D-vectors
+            rows = 2 * m.H + m.F + 1 + m.L * tr.batch
+            check_memory(f"sim.dim = {sim.dim} with sim.seeds = {sim.seeds}",
+                         8.0 * sim.dim * sim.seeds * rows)
+        return {"prior": prior}
 
     def target(self, params: Mapping[str, Array], lam_star: Float[Array, "F1 tokens"]
                ) -> Scalar:
