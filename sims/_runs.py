@@ -93,7 +93,7 @@ def run_segments(segment: Segment, carry: Any, data: Any, steps_at: np.ndarray, 
 def simulate_sgd(sgd: AbstractSGD, *, seeds, times, progress: bool = False,
                  segments: int = 20) -> tuple[np.ndarray, Any, Any, Any]:
     """Online SGD of `sgd` (a model's exact maps in one space), one run per seed of `seeds`
-    (seed `s`: the keys [`seed_keys`][] of `s`), recorded at the save `times` (in
+    (seed `s`: the keys `seed_keys(s)`), recorded at the save `times` (in
     `t = steps/D`, after `round(t·D)` steps) in at most `segments` device calls.
 
     **Returns:** `(steps at the save times, final carry, data, recorded)`, the last three

@@ -50,7 +50,7 @@ def simulate_states(model: AbstractModel, cfg: Config, *, dim: int, seeds: list[
     """`(steps at the save times, states with leaves (S, T, ...))` of online SGD of `model` as
     `cfg` configures it (`[training]`, `[sim] space`, `dtype`), one run per seed of `seeds`,
     every seed from `start` when given (one state, no seed axis): the model's maps
-    (`model.sgd`) run by the one driver ([`headflow.sims._runs.simulate_sgd`][])."""
+    (`model.sgd`) run by the one driver ([`headflow.sims.simulate_sgd`][])."""
     sgd = model.sgd(cfg, dim=dim, start=start)
     steps, _, _, recorded = simulate_sgd(sgd, seeds=seeds, times=times, progress=progress)
     return steps, sgd.states(recorded)

@@ -8,6 +8,7 @@ the rest of `headflow.dynamics` is `kind = "attention"`."""
 
 from ._model import AbstractModel as AbstractModel
 from ._base import GramState as GramState
+from ._base import ModelBase as ModelBase
 from ._base import ModelWeights as ModelWeights
 from ._base import Readout as Readout
 from ._base import gaussian_rows as gaussian_rows

@@ -1,5 +1,5 @@
 """The model interface (`docs/models.md#adding-a-model`): [`AbstractModel`][], the mathematics of
-a model ([`ModelBase`][]) together with what the engine computes from it. Every question the
+a model ([`ModelBase`][headflow.dynamics.models.ModelBase]) together with what the engine computes from it. Every question the
 generic runs (`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde`,
 `headflow.sims.run_sgd`) ask of a model is a method here, with the generic answer of the family
 as its default; a model with more structure to exploit overrides it (the attention model:
@@ -34,7 +34,8 @@ class AbstractModel(ModelBase):
     [`param`][headflow.dynamics.models.param], and implements `predict` and `target`.
     Everything else has a generic default that a model may override with a method of its own.
 
-    **Its mathematics** (the defaults derive from `rows` and the fields):
+    **Its mathematics** (the methods of [`ModelBase`][headflow.dynamics.models.ModelBase];
+    the defaults derive from `rows` and the fields):
 
     - `predict(params, λ)`, `target(params, λ*)` (required): the student's and the teacher's
       outputs on the fields; `loss` (default `½(ŷ − y)²`);

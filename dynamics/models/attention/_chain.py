@@ -306,7 +306,7 @@ class AttentionChainSGD(AbstractSGD):
 
     **Fields:** `model`, `hp` (the step sizes), `dim` (D, at least `N + B·L + 1`), `init`
     (`None`: a draw of the exact finite-D law of the random initialization with
-    `init_std = (σ_k, σ_v, b_0)`, [`initial_gram`][]; overlaps with a leading seed axis; or a
+    `init_std = (σ_k, σ_v, b_0)`, `initial_gram`; overlaps with a leading seed axis; or a
     callable `init(key) -> Overlaps`; with frozen values the value blocks are ignored),
     `block` (steps whose random numbers are drawn together: part of the random stream, so the
     same seeds give the same run for the same `block`)."""
