@@ -39,7 +39,8 @@ class GramState(eqx.Module):
     """The order parameters of a model: the Gram matrix `gram` of the student rows (first `S`)
     and the teacher rows (last `T`), divided by D, and the scalar parameters `params` (a dict
     of arrays, e.g. second-layer weights). Leaves may carry leading batch axes (seeds, times,
-    paths); the model's [`named`][headflow.dynamics.models.ModelBase.named] gives the named view (`Q`, `R`, `T`, ...)."""
+    paths); the model's [`named`][headflow.dynamics.models.ModelBase.named] gives the named
+    view (`Q`, `R`, `T`, ...)."""
 
     gram: Float[Array, "*batch P P"]
     params: dict[str, Float[Array, "*batch _n"]]
