@@ -1,8 +1,9 @@
 """The model interface (`docs/models.md#adding-a-model`): [`AbstractModel`][], the
 mathematics of a model ([`ModelBase`][headflow.dynamics.models.ModelBase]) together with what
-the engine computes from it. Every question the generic runs (`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde`,
-`headflow.sims.run_sgd`) ask of a model is a method here, with the generic answer of the family
-as its default; a model with more structure to exploit overrides it (the attention model:
+the engine computes from it. Every question the generic runs
+(`headflow.dynamics.ode.run_ode`, `headflow.dynamics.sde.run_sde`, `headflow.sims.run_sgd`)
+ask of a model is a method here, with the generic answer of the family as its default; a
+model with more structure to exploit overrides it (the attention model:
 `dynamics/models/attention/`)."""
 
 from __future__ import annotations
