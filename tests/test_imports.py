@@ -8,12 +8,15 @@
 - no package imports another package's private module (`headflow.dynamics._x` from
   `headflow.sims`, ...), and neither does a benchmark;
 - nothing imports the repository's folders as top-level packages (`import dynamics`): they
-  exist only as `headflow.dynamics`, `headflow.sims`, `headflow.validation`.
+  exist only as `headflow.dynamics`, `headflow.sims`, `headflow.validation`, and the commands
+  run with other projects' packages of those names first on the path.
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -158,3 +161,30 @@ def test_repository_folders_are_not_imported_as_top_level_packages():
                     if n.split(".")[0] in PACKAGES]
     assert not bad, "\n".join(bad)
     assert not set(PACKAGES) & set(sys.modules), "a top-level dynamics/sims/validation is loaded"
+
+
+def test_commands_run_beside_packages_named_like_the_folders(tmp_path):
+    """Packages named `dynamics`, `sims` and `validation` installed beside headflow (PyPI has
+    all three, and importing any of them here fails) change nothing: in a fresh interpreter
+    that finds the impostors first on its path, every module of headflow (every command's
+    included) imports, and `--help`, `models` and an `ode` run succeed."""
+    site = tmp_path / "site"
+    for name in PACKAGES:
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(
+            f"raise ImportError('{name}: another project of the same name')\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    modules = sorted(m for m in MODULES if not m.endswith("__main__"))
+    code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
+    config = ROOT / "validation" / "configs" / "committee.toml"
+    runs = [[sys.executable, "-c", code],
+            *[[sys.executable, "-m", "headflow.validation", *argv] for argv in (
+                ["--help"], ["models"],
+                ["ode", str(config), "--set", "training.t_max=0.5", "--set", "output.n_save=3",
+                 "--out", str(tmp_path / "ode"), "--json"])]]
+    for argv in runs:
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, (argv[1:3], proc.stderr[-2000:])
+    check = subprocess.run([sys.executable, "-c", "import validation"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)
+    assert "another project" in check.stderr       # the impostors are really on the path
