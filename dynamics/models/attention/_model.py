@@ -1,7 +1,8 @@
 """The attention model as a member of the family: [`Model`][], the single-location predictor
 (`headflow.dynamics._model`) with the methods of [`headflow.dynamics.models.AbstractModel`][]
 that it answers with its own structure (the reduced field on the invariant manifold, the
-analytic value integrals, the generated right-hand side, its starts, its risk and its diffusion)."""
+analytic value integrals, the generated right-hand side, its starts, its risk, its diffusion,
+its SGD maps, its learning curves' pieces and its config tables and checks)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import jax.random as jr
 from jax.tree_util import Partial
 from jaxtyping import Array, Float, Scalar
 
-from ..._errors import HeadflowError
+from ..._errors import ConfigError, HeadflowError, check_memory
 from ..._model import AttentionBase
 from ..._overlaps import Overlaps
 from ..._risk import risk_nodes
@@ -25,24 +26,22 @@ from ..._steps import StepSizes
 from ..._value_moments import SIGNAL
 from ..._weights import weights_from_overlaps
 from ...activations import get_activation
-from ..._errors import ConfigError, check_memory
 from ...config import Config
-from ...expectations import AUTO_MAX_SAMPLES
-from ...expectations import AbstractExpectation, MonteCarlo
+from ...expectations import AUTO_MAX_SAMPLES, AbstractExpectation, MonteCarlo
 from ...fields import MAX_GROUP, AbstractField
 from ...ode import risk_rule, traced_values
 from ...ode._backend import backend_of
 from ...sde import noise_samples
 from .._base import register_model
-from .._params import Hyperparameter
 from .._model import AbstractModel
+from .._params import Hyperparameter
 from .._sgd import AbstractSGD
+from ._chain import AttentionChainSGD
+from ._config import ModelSection, TrainingSection
 from ._curve import AttentionRisk, AttentionStart, hyperparameters
 from ._diffusion import Diffusion
 from ._full import FullField
 from ._ode import field_class, resolved_rhs, trajectory_risk
-from ._chain import AttentionChainSGD
-from ._config import ModelSection, TrainingSection
 from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
 
