@@ -348,7 +348,8 @@ class Config:
                          if getattr(sec, f.name) is not None}
             if name == "model" and self.model_kind == DEFAULT_KIND:
                 del out[name]["kind"]       # the default kind, kept out of written configs
-        if self.ode.expectation == cls.default_expectation(self.model, self.training):
+        if self.ode.expectation == cls.default_expectation(self.model, self.training,
+                                                           checked=True):
             # a computed default stays computed: a copy with another activation gets its
             # own (config.toml then leaves it out, and reads back the same)
             del out["ode"]["expectation"]

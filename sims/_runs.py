@@ -96,8 +96,10 @@ def simulate_sgd(sgd: AbstractSGD, *, seeds, times, progress: bool = False,
     (seed `s`: the keys `seed_keys(s)`), recorded at the save `times` (in
     `t = steps/D`, after `round(t·D)` steps) in at most `segments` device calls.
 
-    **Returns:** `(steps at the save times, final carry, data, recorded)`, the last three
-    gathered (leading axis: the seeds)."""
+    **Returns:** `(steps at the save times, final carry, data, recorded)`: what was recorded
+    gathered (leading axis: the seeds); the carry and the data as the segments left them,
+    still sharded (`headflow.dynamics.sharding.gather` collects what a caller keeps, so the
+    D-dimensional weights of every seed are collected only where they are wanted)."""
     seeds = [int(s) for s in seeds]
     steps_at = save_steps(np.asarray(times, dtype=np.float64).reshape(-1), sgd.dim)
     if len(steps_at) == 0 or steps_at[0] < 0:
@@ -108,4 +110,4 @@ def simulate_sgd(sgd: AbstractSGD, *, seeds, times, progress: bool = False,
                                    segments=segments,
                                    check=functools.partial(sgd.check, seeds=seeds),
                                    progress=progress, desc=sgd.desc)
-    return (steps_at, *gather((carry, data, recorded), n))
+    return steps_at, carry, data, gather(recorded, n)

@@ -76,12 +76,16 @@ class AbstractModel(ModelBase):
 
     # -- the config ---------------------------------------------------------------------------
     @classmethod
-    def default_expectation(cls, model: Any, training: Any) -> str | None:
+    def default_expectation(cls, model: Any, training: Any, *,
+                            checked: bool = False) -> str | None:
         """`[ode] expectation` when a config does not say, from its validated `[model]` and
         `[training]` tables: `"exact"` for a model with exact expectations (closed forms, or
-        exact rules for a polynomial), else `"qmc"`. None: the `[ode]` section's default."""
+        exact rules for a polynomial), else `"qmc"`. None: the `[ode]` section's default.
+        The model's declarations are checked first unless `checked` (the tables of a whole
+        config, whose `check_config` checked them)."""
         built = cls.from_config(SimpleNamespace(model=model, training=training))
-        built.check()
+        if not checked:
+            built.check()
         return "exact" if has_exact_field(built) else "qmc"
 
     @classmethod

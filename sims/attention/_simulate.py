@@ -16,6 +16,7 @@ from headflow.dynamics import (Model, Overlaps, StepSizes, Teacher, Weights, pop
                                require_x64, risk_nodes)
 from headflow.dynamics.expectations import MonteCarlo
 from headflow.dynamics.models.attention import AttentionChainSGD, AttentionWeightSGD
+from headflow.dynamics.sharding import gather
 
 from .._runs import simulate_sgd
 
@@ -55,10 +56,12 @@ def simulate(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     `headflow.dynamics.ode.BLOWUP`.
     """
     require_x64("the SGD simulator (its overlaps)")
+    seeds = [int(s) for s in seeds]
     sgd = AttentionWeightSGD(model=model, hp=hp, dim=int(dim), init=init,
                              init_std=tuple(init_std), dtype=dtype)
     steps_at, w, (teachers, _), recorded = simulate_sgd(sgd, seeds=seeds, times=times,
                                                          progress=progress, segments=segments)
+    teachers, w = gather((teachers, w), len(seeds))
     return Simulation(t=jnp.asarray(steps_at / dim), steps=jnp.asarray(steps_at),
                       overlaps=sgd.states(recorded), teachers=teachers, weights=w)
 

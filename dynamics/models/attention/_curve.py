@@ -8,6 +8,7 @@ label noise), the start whose scales they set ([`AttentionStart`][]) and the ris
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import equinox as eqx
@@ -21,7 +22,7 @@ from ..._overlaps import Overlaps
 from ..._risk import population_risk
 from ..._steps import StepSizes
 from ...expectations import AbstractNodes
-from .._params import CurvePoint, Hyperparameter
+from .._params import CurvePoint, Hyperparameter, model_field
 from ._start import initial_overlaps, random_start
 
 PARAMS = ("training.lr", "training.lr_bias", "training.weight_decay", "training.init_key_std",
@@ -71,21 +72,19 @@ def hyperparameters(cfg: Any, steps: StepSizes) -> tuple[Hyperparameter, ...]:
     out: list[Hyperparameter] = []
     for name in ("lr", "lr_bias"):
         if getattr(steps, f"{name}_schedule") is None:
-            out.append(Hyperparameter(f"training.{name}", _partial(_step, name)))
-    out.append(Hyperparameter("training.weight_decay", _partial(_step, "weight_decay")))
+            out.append(Hyperparameter(f"training.{name}", functools.partial(_step, name=name)))
+    out.append(Hyperparameter("training.weight_decay",
+                              functools.partial(_step, name="weight_decay")))
     for name in ("key_std", "value_std", "bias"):
-        out.append(Hyperparameter(f"training.init_{name}", _partial(_start_scale, name)))
+        out.append(Hyperparameter(f"training.init_{name}",
+                                  functools.partial(_start_scale, name=name)))
     out.append(PriorAmplitude("prior.amplitude", lambda p: p.model.prior,
                               amplitude=float(cfg.prior.amplitude)))
-    out.append(Hyperparameter("model.noise", lambda p: p.model.noise))
+    out.append(Hyperparameter("model.noise", functools.partial(model_field, name="noise")))
     for name in ("lr_schedule", "lr_bias_schedule"):
         if getattr(steps, name) is not None:
-            out.append(Hyperparameter(f"training.{name}", _partial(_schedule, name)))
+            out.append(Hyperparameter(f"training.{name}", functools.partial(_schedule, name=name)))
     return tuple(out)
-
-
-def _partial(fn, name: str):
-    return lambda p: fn(p, name)
 
 
 class AttentionStart(eqx.Module):

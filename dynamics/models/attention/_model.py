@@ -91,7 +91,8 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
                    train_values=bool(m.train_values))
 
     @classmethod
-    def default_expectation(cls, model: Any, training: Any) -> str | None:
+    def default_expectation(cls, model: Any, training: Any, *,
+                            checked: bool = False) -> str | None:
         """None: the `[ode]` section's default (`"qmc"`)."""
         return None
 
