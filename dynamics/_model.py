@@ -13,7 +13,7 @@ import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
-from ._errors import HeadflowError
+from ._errors import ConfigError, HeadflowError
 from ._layout import ATTENTION, Layout
 from ._overlaps import Overlaps
 from ._value_moments import SIGNAL as SIGNAL
@@ -27,21 +27,24 @@ from .priors import AbstractPrior
 class AttentionBase(eqx.Module):
     """The single-location model: data (prior, noise, `ρ*`) and the student's architecture.
 
-    **Fields:** `L` tokens, `H` heads, `F` latent directions, `activation`, `prior`, label noise
-    `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False: `v_h` frozen to `v*`).
+    **Fields:** `L` tokens, `H` heads, `F` latent directions (those of the `prior`),
+    `activation`, `prior`, label noise `noise` (Δ), `rho` (`|v*|²/D`), `train_values` (False:
+    `v_h` frozen to `v*`).
     """
 
     L: int = eqx.field(static=True)
     H: int = eqx.field(static=True)
+    F: int = eqx.field(static=True)
     activation: AbstractActivation
     prior: AbstractPrior
     noise: float = 0.0
     rho: float = 1.0
     train_values: bool = eqx.field(static=True, default=True)
 
-    @property
-    def F(self) -> int:
-        return self.prior.F
+    def __check_init__(self) -> None:
+        if self.F != self.prior.F:
+            raise ConfigError(f"model.F = {self.F}: the prior has F = {self.prior.F} latent "
+                              "directions")
 
     layout: ClassVar[Layout] = ATTENTION
     """The layout of the attention model's order parameters ([`headflow.dynamics.Layout`][])."""

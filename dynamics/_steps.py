@@ -55,12 +55,12 @@ class StepSizes(eqx.Module):
 
     @classmethod
     def from_config(cls, training: Any) -> StepSizes:
-        """From the `[training]` table of a [`headflow.dynamics.Config`][] (`lr_schedule`,
-        `lr_bias_schedule` when it sets them)."""
+        """From the `[training]` table of a [`headflow.dynamics.Config`][] (with the schedules
+        of the weights' and the scalar parameters' steps when it sets them)."""
         schedules = {}
-        for name in ("lr_schedule", "lr_bias_schedule"):
-            table = getattr(training, name, None)
+        for name, table in (("lr_schedule", training.lr_schedule),
+                            ("lr_bias_schedule", training.scalar_schedule())):
             if table is not None:
                 schedules[name] = Schedule.from_table(f"training.{name}", table)
-        return cls(lr=training.lr, lr_bias=training.lr_bias,
+        return cls(lr=training.lr, lr_bias=training.scalar_step(),
                    weight_decay=training.weight_decay, batch=int(training.batch), **schedules)

@@ -364,7 +364,15 @@ class Config:
 
     # -- model objects ------------------------------------------------------------------------
     def build_prior(self) -> AbstractPrior:
+        """The prior of `[prior]` on the `[model] F` latent directions."""
         return self.prior.build(self.model.F)
+
+    def build_section(self, name: str) -> Any:
+        """The object a model's extra section describes (`extra_sections`; `"prior"`:
+        [`build_prior`][])."""
+        if name != "prior":
+            raise ConfigError(f"[{name}]: not a section a model can declare (known: prior)")
+        return self.build_prior()
 
     def build_model(self) -> Any:
         """The model object of `[model] kind`, built by its class's `from_config` from this

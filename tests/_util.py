@@ -24,8 +24,8 @@ def make_model(activation: str = "bayes_softmax", *, L: int = 3, H: int = 2,
                prior: AbstractPrior | None = None, noise: float = 0.0, rho: float = 1.0,
                train_values: bool = True) -> Model:
     prior = FlippedSpike(3.0, 0.7, [1.0]) if prior is None else prior
-    return Model(L=L, H=H, activation=get_activation(activation), prior=prior, noise=noise,
-                 rho=rho, train_values=train_values)
+    return Model(L=L, H=H, F=prior.F, activation=get_activation(activation), prior=prior,
+                 noise=noise, rho=rho, train_values=train_values)
 
 
 def with_activation(model: Model, activation: str, H: int | None = None) -> Model:

@@ -11,6 +11,7 @@ nothing on a model that the public interface does not define.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import io
 import tokenize
@@ -107,6 +108,33 @@ def test_every_built_in_model_is_a_member():
         cfg = load_config(CONFIGS / f"{name}.toml").replace(**{"training.t_max": 1.0})
         assert type(dynamics.ode.curve_from_config(cfg)) is LearningCurve
         assert type(dynamics.sde.sde_curve_from_config(cfg, paths=2)) is SDECurve
+
+
+def test_every_models_config_is_derived_from_its_fields():
+    """No built-in model writes its config: `section`, `training`, `from_config` and
+    `describe` are the family's, and every `[model]` and `[training]` key (beyond the
+    engine's) is a field declared with `param`."""
+    from headflow.dynamics.models._params import params_of
+
+    derived = ("section", "training", "from_config", "describe")
+    engine_keys = {"kind", "lr", "weight_decay", "batch", "t_max", "lr_schedule"}
+    for kind in model_kinds():
+        cls = model_class(kind)
+        assert not {n for n in derived if n in vars(cls)}, kind
+        declared = {p.key or n for n, p in params_of(cls)}
+        scalar = {cls.lr_bias_key, f"{cls.lr_bias_key}_schedule"}
+        for table in (cls.section(), cls.training()):
+            keys = {f.name for f in dataclasses.fields(table)}
+            assert keys - engine_keys - scalar <= declared, (kind, keys - declared)
+    att = dynamics.Config()
+    faster = att.replace(**{"training.lr": 2.0}).training
+    assert att.training.scalar_step() == 1.0 and faster.scalar_step() == 1.0
+    model = att.build_model()
+    assert (model.L, model.H, model.F) == (att.model.L, att.model.H, att.model.F)
+    assert model.prior == att.build_prior() and model.init_key_std == att.training.init_key_std
+    with pytest.raises(dynamics.ConfigError, match="model.F = 1: the prior has F = 2"):
+        Model(L=3, H=2, activation=model.activation,
+              prior=dynamics.priors.FlippedSpike(2.0, 0.7, [1.0, 0.0]))
 
 
 def _model_attributes(path: Path) -> set[str]:

@@ -22,8 +22,8 @@ _with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 
 def _model(activation="bayes_softmax", L=3, H=2, prior=None, noise=0.2):
     prior = d.priors.FlippedSpike(2.0, 0.7, [1.0, 0.0]) if prior is None else prior
-    return d.Model(L=L, H=H, activation=d.activations.get_activation(activation), prior=prior,
-                   noise=noise, rho=1.0)
+    return d.Model(L=L, H=H, F=prior.F, activation=d.activations.get_activation(activation),
+                   prior=prior, noise=noise, rho=1.0)
 
 
 def _state(H=2, F=2, seed=0):

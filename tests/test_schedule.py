@@ -5,6 +5,7 @@ itself, its config validation, and that the ODEs and both SGD simulators read it
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,8 @@ from headflow import sims
 from headflow.dynamics import ConfigError, Schedule, StepSizes, load_config
 from headflow.dynamics.config import Config
 from headflow.dynamics.ode import build_field, initial_state, run_ode
+
+CONFIGS = Path(__file__).resolve().parents[1] / "validation" / "configs"
 
 # -- the object ----------------------------------------------------------------------------
 
@@ -154,3 +157,33 @@ def test_flat_schedule_reproduces_the_constant_step_bit_for_bit():
         da, db = fc(t, ov), fs(t, ov)
         for name in ("m", "q", "n", "s", "b"):
             np.testing.assert_array_equal(getattr(da, name), getattr(db, name))
+
+
+def test_the_scalar_parameters_own_schedule_is_a_generic_key():
+    """A model that trains scalar parameters gets `<lr_bias_key>_schedule` beside its step
+    (the committee: `lr_second_schedule`). Without it the second layer follows `lr` and
+    `lr_schedule`; with it, the second layer's step is that schedule (a flat one equals the
+    constant step in the drift bit for bit), and it is a differentiable key of its own."""
+    base = ["model.train_second_layer=true", "training.t_max=4"]
+    cfg = load_config(CONFIGS / "committee.toml", [*base, "training.lr_second=0.6"])
+    flat = load_config(CONFIGS / "committee.toml", [
+        *base, "training.lr_second_schedule={times = [0.0, 2.0], values = [0.6, 0.6]}"])
+    follows = load_config(CONFIGS / "committee.toml", [
+        *base, "training.lr_schedule={times = [0.0, 2.0], values = [0.5, 0.1]}"])
+    assert StepSizes.from_config(cfg.training).lr_bias_schedule is None
+    steps = StepSizes.from_config(flat.training)
+    assert steps.lr_bias == flat.training.lr and float(steps.lr_bias_schedule(1.0)) == 0.6
+    shared = StepSizes.from_config(follows.training)
+    assert float(shared.lr_bias_schedule(1.0)) == float(shared.lr_schedule(1.0)) == 0.3
+    state = initial_state(cfg)
+    for t in (0.0, 1.3):
+        da, db = build_field(cfg)(t, state), build_field(flat)(t, state)
+        np.testing.assert_array_equal(da.gram, db.gram)
+        np.testing.assert_array_equal(da.params["v"], db.params["v"])
+    model = flat.build_model()
+    keys = [h.key for h in model.hyperparameters(flat, steps)]
+    assert keys[0] == "training.lr" and "training.lr_second_schedule" in keys
+    assert "training.lr_second" not in keys
+    with pytest.raises(ConfigError, match="training.lr_second_schedule"):
+        load_config(CONFIGS / "committee.toml",
+                    [*base, "training.lr_second_schedule={times = [1.0, 0.0], values = [1, 1]}"])

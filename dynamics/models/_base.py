@@ -93,8 +93,10 @@ class ModelBase(eqx.Module):
     extra_sections: ClassVar[tuple[str, ...]] = ()
     """Config sections the model reads beyond the engine's (the attention model: `prior`)."""
     lr_bias_key: ClassVar[str] = "lr_params"
-    """The `[training]` key of the scalar parameters' step size `η_p` (unset: `lr`); the key
-    exists only for a model that defines `trained`."""
+    """The `[training]` key of the scalar parameters' step size `η_p`; the key (and its
+    schedule, `<lr_bias_key>_schedule`) exists only for a model that defines `trained`."""
+    lr_bias_default: ClassVar[float | None] = None
+    """The default of that key (None: the scalar parameters step with `lr`)."""
 
     @abc.abstractmethod
     def predict(self, params: Mapping[str, Array], lam: Float[Array, " S"]) -> Scalar:
@@ -218,8 +220,10 @@ class ModelBase(eqx.Module):
     @classmethod
     def from_config(cls, cfg: Any) -> ModelBase:
         """The model of a validated [`headflow.dynamics.Config`][], from its `[model]` and
-        `[training]` tables."""
-        return from_tables(cls, cfg.model, cfg.training)
+        `[training]` tables; the field named like each of its `extra_sections` is that
+        section's object (`[prior]`: [`headflow.dynamics.Config.build_prior`][])."""
+        extra = {name: cfg.build_section(name) for name in cls.extra_sections}
+        return from_tables(cls, cfg.model, cfg.training, **extra)
 
     @classmethod
     def describe(cls) -> list[tuple[str, str, str]]:
@@ -235,25 +239,30 @@ class ModelBase(eqx.Module):
         replace `training.lr`), and every float field made with [`param`][]."""
         second = f"training.{self.lr_bias_key}"
         own = getattr(cfg.training, self.lr_bias_key, None) is not None
+        own_schedule = getattr(cfg.training, f"{self.lr_bias_key}_schedule", None) is not None
+        shared = not (own or own_schedule)     # the scalar parameters step with `lr`
         out: list[Hyperparameter] = []
-        if steps.lr_schedule is not None and not own:
+        if steps.lr_schedule is not None and shared:
             out.append(Hyperparameter("training.lr_schedule",
                                       lambda p: (p.steps.lr_schedule.values,
                                                  p.steps.lr_bias_schedule.values)))
         elif steps.lr_schedule is not None:
             out.append(Hyperparameter("training.lr_schedule",
                                       lambda p: p.steps.lr_schedule.values))
-        elif not own:
+        elif shared:
             out.append(Hyperparameter("training.lr", lambda p: (p.steps.lr, p.steps.lr_bias)))
         else:
             out.append(Hyperparameter("training.lr", lambda p: p.steps.lr))
-        if own:
+        if own and not own_schedule:
             out.append(Hyperparameter(second, lambda p: p.steps.lr_bias))
         out.append(Hyperparameter("training.weight_decay", lambda p: p.steps.weight_decay))
         for name, p in params_of(type(self)):
             if p.type is float and not p.choices:
                 out.append(Hyperparameter(f"{p.section}.{config_key(name, p)}",
                                           functools.partial(model_field, name=name)))
+        if own_schedule:
+            out.append(Hyperparameter(f"{second}_schedule",
+                                      lambda p: p.steps.lr_bias_schedule.values))
         return tuple(out)
 
     def polynomial_degree(self) -> int | None:

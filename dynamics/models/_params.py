@@ -254,34 +254,40 @@ class _TrainingBase(_Section):
     t_max: float
 
     def _validate_more(self) -> None:
-        for key in ("lr", "weight_decay"):
-            if not getattr(self, key) >= 0:
-                raise ConfigError(f"training.{key} = {getattr(self, key)}: must be >= 0")
-        second = getattr(self, type(self)._lr_bias_key, None)
-        if second is not None and not second >= 0:
-            raise ConfigError(f"training.{type(self)._lr_bias_key} = {second}: must be >= 0")
+        key = type(self)._lr_bias_key
+        for name in ("lr", "weight_decay", key):
+            value = getattr(self, name, None)
+            if value is not None and not value >= 0:
+                raise ConfigError(f"training.{name} = {value}: must be >= 0")
         if self.batch < 1:
             raise ConfigError(f"training.batch = {self.batch}: must be >= 1")
         if not self.t_max > 0:
             raise ConfigError(f"training.t_max = {self.t_max}: must be > 0")
-        if self.lr_schedule is not None:
-            Schedule.from_table("training.lr_schedule", self.lr_schedule)
+        for name in ("lr_schedule", f"{key}_schedule"):
+            if getattr(self, name, None) is not None:
+                Schedule.from_table(f"training.{name}", getattr(self, name))
 
     _lr_bias_key: typing.ClassVar[str] = "lr_params"
 
-    @property
-    def lr_bias(self) -> float:
+    def scalar_step(self) -> float:
         """The step size of the scalar parameters (`StepSizes.lr_bias`): the model's key for
         it (`lr_bias_key`, default `lr_params`) when set, else `lr`."""
         second = getattr(self, type(self)._lr_bias_key, None)
         return self.lr if second is None else second
 
-    @property
-    def lr_bias_schedule(self) -> dict | None:
-        """The schedule of the scalar parameters' step: that of `lr` when their own step is
-        not set."""
-        own = getattr(self, type(self)._lr_bias_key, None)
-        return self.lr_schedule if own is None else None
+    def scalar_schedule(self) -> dict | None:
+        """The schedule of the scalar parameters' step (`StepSizes.lr_bias_schedule`): their
+        own (`<lr_bias_key>_schedule`) when set, else that of `lr` when their own step is not
+        set either."""
+        key = type(self)._lr_bias_key
+        own = getattr(self, f"{key}_schedule", None)
+        if own is not None:
+            return own
+        return self.lr_schedule if getattr(self, key, None) is None else None
+
+    # where the model's key is itself `lr_bias` (the attention model), its field holds the value
+    lr_bias = property(scalar_step)
+    lr_bias_schedule = property(scalar_schedule)
 
 
 def _moves_scalars(cls: Any) -> bool:
@@ -292,26 +298,32 @@ def _moves_scalars(cls: Any) -> bool:
 
 @functools.cache
 def training_table(cls: Any) -> Any:
-    """The `[training]` table of a model class: the generic keys (`lr`, the scalar
-    parameters' step `cls.lr_bias_key` when the model defines `trained`, `weight_decay`,
-    `batch`, `t_max`, `lr_schedule`) and every parameter declared with
-    `section="training"`."""
+    """The `[training]` table of a model class: the generic keys (`lr`, `weight_decay`,
+    `batch`, `t_max`, `lr_schedule`; for a model that defines `trained`, the scalar
+    parameters' step `cls.lr_bias_key`, default `cls.lr_bias_default`, and its schedule
+    `<lr_bias_key>_schedule`) and every parameter declared with `section="training"`."""
     params = tuple((n, config_key(n, p), p) for n, p in params_of(cls)
                    if p.section == "training")
+    scalars = _moves_scalars(cls)
     fields: list[tuple[str, Any, Any]] = [("lr", float, 1.0)]
-    if _moves_scalars(cls):
-        fields.append((cls.lr_bias_key, float | None, None))
+    if scalars:
+        default = cls.lr_bias_default
+        fields.append((cls.lr_bias_key, float if default is not None else float | None,
+                       None if default is None else float(default)))
     fields += [("weight_decay", float, 0.0), ("batch", int, 1)]
     fields += [(k, _optional(p.type) if p.default is None else p.type, p.default)
                for _, k, p in params]
     fields += [("t_max", float, float(cls.t_max)), ("lr_schedule", dict | None, None)]
+    if scalars:
+        fields.append((f"{cls.lr_bias_key}_schedule", dict | None, None))
     return _table(f"{cls.__name__}Training", "training", fields, params,
                   namespace={"_lr_bias_key": cls.lr_bias_key}, base=_TrainingBase)
 
 
-def from_tables(cls: Any, model: Any, training: Any) -> Any:
-    """The model of the validated `[model]` and `[training]` tables."""
-    kwargs = {}
+def from_tables(cls: Any, model: Any, training: Any, **fields: Any) -> Any:
+    """The model of the validated `[model]` and `[training]` tables (and the other `fields`
+    given)."""
+    kwargs = dict(fields)
     for name, p in params_of(cls):
         value = getattr(model if p.section == "model" else training, config_key(name, p))
         if value is not None and p.convert is not None:
@@ -324,9 +336,23 @@ def from_tables(cls: Any, model: Any, training: Any) -> Any:
     return cls(**kwargs)
 
 
+_ENGINE_HELP = {
+    "model.kind": "the model",
+    "training.lr": "η, the step size of the weights; >= 0",
+    "training.weight_decay": "λ, the weight decay; >= 0",
+    "training.batch": "B, samples per step; >= 1",
+    "training.t_max": "the training time, steps/D; > 0",
+    "training.lr_schedule": "η(t): {kind = 'linear' | 'log', times, values}; replaces lr",
+}
+
+
 def describe(cls: Any) -> list[tuple[str, str, str]]:
     """`(section.key, default, help)` of every key of a model's two tables, for
     `headflow models` and `--help`."""
+    key = f"training.{cls.lr_bias_key}"
+    engine = {**_ENGINE_HELP, key: "the step size of the scalar parameters; >= 0" + (
+        "" if cls.lr_bias_default is not None else " (unset: lr)"),
+        f"{key}_schedule": f"its schedule, as lr_schedule; replaces {cls.lr_bias_key}"}
     out = []
     for table in (model_table(cls), training_table(cls)):
         docs = {k: p for _, k, p in table._params}
@@ -339,7 +365,7 @@ def describe(cls: Any) -> list[tuple[str, str, str]]:
                                    if getattr(p, b) is not None)
                 if p.choices:
                     bounds = "one of " + ", ".join(map(repr, p.choices))
-            help_ = (p.help if p is not None else "")
+            help_ = p.help if p is not None else engine.get(f"{table._where}.{f.name}", "")
             text = "; ".join(x for x in (help_, bounds) if x)
             default = f.default
             shown = ("-" if default is None else

@@ -10,7 +10,7 @@ and the structure its theory exploits beyond the generic engine. Here:
   [`headflow.dynamics.symbolic.SymbolicField`][];
 - its starts ([`symmetric_start`][], [`random_start`][]) and its risk along a trajectory;
 - the diffusion of its overlaps ([`Diffusion`][]) and the SDE's coordinates ([`flatten`][]);
-- its config tables ([`ModelSection`][], [`TrainingSection`][]);
+- its parameters, as fields ([`Model`][]: the `[model]` and `[training]` tables derive from them);
 - what its differentiable learning curves read: its hyperparameters ([`PARAMS`][],
   [`hyperparameters`][]), the start they set ([`AttentionStart`][]) and its risk
   ([`AttentionRisk`][]);
@@ -54,6 +54,4 @@ from ._sgd import AttentionWeightSGD as AttentionWeightSGD
 from ._sgd import field_gradients as field_gradients
 from ._sgd import sgd_step as sgd_step
 from ._chain import AttentionChainSGD as AttentionChainSGD
-from ._config import ModelSection as ModelSection
-from ._config import TrainingSection as TrainingSection
 from ._model import Model as Model

@@ -2,11 +2,11 @@
 (`headflow.dynamics._model`) with the methods of [`headflow.dynamics.models.AbstractModel`][]
 that it answers with its own structure (the reduced field on the invariant manifold, the
 analytic value integrals, the generated right-hand side, its starts, its risk, its diffusion,
-its SGD maps, its learning curves' pieces and its config tables and checks)."""
+its SGD maps, its learning curves' pieces and its config checks); its parameters are its
+fields, from which the engine derives its `[model]` and `[training]` tables."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -25,25 +25,28 @@ from ..._risk import risk_nodes
 from ..._steps import StepSizes
 from ..._value_moments import SIGNAL
 from ..._weights import weights_from_overlaps
-from ...activations import get_activation
-from ...config import Config
+from ...activations import AbstractActivation, get_activation
+from ...config import Config, PriorSection
 from ...expectations import AUTO_MAX_SAMPLES, AbstractExpectation, MonteCarlo
 from ...fields import MAX_GROUP, AbstractField
 from ...ode import risk_rule, traced_values
 from ...ode._backend import backend_of
+from ...priors import AbstractPrior
 from ...sde import noise_samples
 from .._base import register_model
 from .._model import AbstractModel
-from .._params import Hyperparameter
+from .._params import Hyperparameter, param
 from .._sgd import AbstractSGD
 from ._chain import AttentionChainSGD
-from ._config import ModelSection, TrainingSection
 from ._curve import AttentionRisk, AttentionStart, hyperparameters
 from ._diffusion import Diffusion
 from ._full import FullField
 from ._ode import field_class, resolved_rhs, trajectory_risk
 from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
+
+
+_DEFAULT_PRIOR = PriorSection().build(1)
 
 
 @register_model
@@ -59,36 +62,29 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
 
     kind: ClassVar[str] = "attention"
     extra_sections: ClassVar[tuple[str, ...]] = ("prior",)
+    lr_bias_key: ClassVar[str] = "lr_bias"
+    lr_bias_default: ClassVar[float | None] = 1.0
+    """The biases step with `training.lr_bias` (`η_b`, default 1, its own value)."""
 
-    # -- its config tables --------------------------------------------------------------------
-    @classmethod
-    def section(cls) -> type:
-        """The `[model]` table ([`ModelSection`][])."""
-        return ModelSection
+    L: int = param(4, ge=1, help="tokens per sequence")
+    H: int = param(2, ge=1, help="attention heads")
+    F: int = param(1, ge=1, help="latent directions (the dimension of [prior])")
+    activation: AbstractActivation = param("bayes_softmax", convert=get_activation,
+                                           static=False, help="the heads' activation")
+    prior: AbstractPrior = eqx.field(default=_DEFAULT_PRIOR)
+    noise: float = param(0.0, ge=0, help="Δ, the label noise")
+    rho: float = param(1.0, gt=0, help="ρ* = |v*|²/D, the teacher value's norm")
+    train_values: bool = param(True, help="train the values v_h (false: frozen to v*)")
+    init_key_std: float = param(0.1, section="training", ge=0,
+                                help="keys' entries N(0, s²) at the start")
+    init_value_std: float = param(0.1, section="training", ge=0,
+                                  help="values' entries N(0, s²) at the start")
+    init_bias: float = param(0.0, section="training", help="the biases at the start")
 
-    @classmethod
-    def training(cls) -> type:
-        """The `[training]` table ([`TrainingSection`][])."""
-        return TrainingSection
-
-    @classmethod
-    def describe(cls) -> list[tuple[str, str, str]]:
-        """`(config key, default, help)` of every key of its `[model]` and `[training]`
-        tables (the keys of `[prior]` depend on its kind: `docs/model.md`)."""
-        out = []
-        for where, table in (("model", ModelSection), ("training", TrainingSection)):
-            for f in dataclasses.fields(table):
-                default = f.default if f.default is not dataclasses.MISSING else None
-                out.append((f"{where}.{f.name}", "-" if default is None else repr(default), ""))
-        return out
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> Model:
-        """The model of a validated config: `[model]` and the prior of `[prior]`."""
-        m = cfg.model
-        return cls(L=m.L, H=m.H, activation=get_activation(m.activation),
-                   prior=cfg.build_prior(), noise=float(m.noise), rho=float(m.rho),
-                   train_values=bool(m.train_values))
+    @property
+    def trained(self) -> tuple[str, ...]:
+        """The scalar parameters SGD moves: the biases `b` (step `training.lr_bias`)."""
+        return ("b",)
 
     @classmethod
     def default_expectation(cls, model: Any, training: Any, *,
