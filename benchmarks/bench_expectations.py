@@ -20,6 +20,15 @@ reaches, interpolated log-log.
 
 Usage: `python benchmarks/bench_expectations.py [--configs demo,stages_mean,activations_onehot]
 [--samples 256,1024,4096] [--seeds 4] [--reference 65536]`.
+
+`--rules` compares the integration rules instead, on the model's closed nodes: `qmc` (over
+`--seeds` scramblings) against `sparse` (`docs/ode.md#sparse-grids`), at the config's start and
+at the state its ODE reaches at `--t-long` (run on 16384 QMC nodes): where the softmax has
+sharpened, which is where the open verdicts live. The errors are the rms differences of the
+field from two references, the sparse grid of the highest level within `--reference` nodes
+and QMC on `--reference` nodes; their distance from each other says which one is resolved.
+Usage: `python benchmarks/bench_expectations.py --rules --configs activations_spike
+--set prior.amplitude=4 --set model.activation=bayes_softmax --t-long 200`.
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ import jax.random as jr
 import numpy as np
 
 import headflow.dynamics as d
-from headflow.dynamics.expectations import QuasiMonteCarlo
+from headflow.dynamics.expectations import QuasiMonteCarlo, SparseGrid
 from headflow.dynamics.models.attention import key_nodes
-from headflow.dynamics.ode import build_field, initial_state
+from headflow.dynamics.ode import build_field, initial_state, run_ode
 from headflow.dynamics.priors import Gaussian
 
 jax.config.update("jax_enable_x64", True)
@@ -175,15 +184,78 @@ def run_config(name: str, samples: list[int], seeds: int, reference: int) -> Non
                   f"({e_new:.2e})")
 
 
+def run_rules(name: str, sets: list[str], samples: list[int], seeds: int, reference: int,
+              t_long: float) -> None:
+    cfg = d.load_config(CONFIGS / f"{name}.toml", sets).replace(**{"ode.expectation": "qmc"})
+    model = cfg.build_model()
+    base = build_field(cfg, model)
+    start = initial_state(cfg, model).on_manifold()
+    t0 = time.perf_counter()
+    run = run_ode(cfg.replace(**{"training.t_max": t_long, "ode.samples": 16384,
+                                 "output.n_save": 2}))
+    late = jax.tree.map(lambda x: x[-1], run.overlaps).on_manifold()
+    print(f"\n== {name} {' '.join(sets)}: H={model.H} F={model.F} L={model.L} "
+          f"{model.activation.name}; ODE to t = {t_long:g} in {time.perf_counter() - t0:.0f} s, "
+          f"risk {float(run.risk[-1]):.6g}")
+    states = jax.tree.map(lambda a, b: jnp.stack([a, b]), start, late)
+
+    def field_on(rule) -> tuple[d.Overlaps, int]:
+        nodes = key_nodes(model, rule)
+        return eqx.tree_at(lambda f: f.nodes, base, nodes), nodes.size
+
+    refs = {"sparse": field_on(SparseGrid(samples=reference)),
+            "qmc": field_on(QuasiMonteCarlo(samples=reference, seed=999))}
+    ref_flat = {k: [flat(jax.tree.map(lambda x, i=i: x[i], evaluate(f, states)))
+                    for i in range(2)] for k, (f, _) in refs.items()}
+    scale = [float(np.max(np.abs(r))) for r in ref_flat["qmc"]]
+    gap = [float(np.sqrt(np.mean((ref_flat["qmc"][i] - ref_flat["sparse"][i]) ** 2)))
+           for i in range(2)]
+    print(f"references: a sparse grid of {refs['sparse'][1]} nodes and QMC on "
+          f"{refs['qmc'][1]}; field scale (largest entry) {scale[0]:.3e} at the start, "
+          f"{scale[1]:.3e} at t = {t_long:g}; the references differ by {gap[0]:.2e}, "
+          f"{gap[1]:.2e} (rms)")
+    print("rms error of the field against each reference, at the start and at t_long")
+    print(f"{'rule':>7} {'nodes':>8} {'start/sp':>10} {'start/qmc':>10} {'late/sp':>10} "
+          f"{'late/qmc':>10} {'ms/eval':>9}")
+    for n in samples:
+        for rule_name in ("qmc", "sparse"):
+            errs, size, secs = [], 0, 0.0
+            for seed in range(seeds if rule_name == "qmc" else 1):
+                rule = (QuasiMonteCarlo(samples=n, seed=seed) if rule_name == "qmc"
+                        else SparseGrid(samples=n))
+                try:
+                    field, size = field_on(rule)
+                except d.ConfigError:
+                    break
+                out = evaluate(field, states)
+                est = [flat(jax.tree.map(lambda x, i=i: x[i], out)) for i in range(2)]
+                errs.append([np.mean((est[i] - ref_flat[k][i]) ** 2)
+                             for i in range(2) for k in ("sparse", "qmc")])
+                if seed == 0:
+                    secs = timed(field, states)
+            if not errs:
+                continue
+            rms = np.sqrt(np.mean(errs, axis=0))
+            print(f"{rule_name:>7} {size:>8} " + " ".join(f"{e:>10.2e}" for e in rms)
+                  + f" {1e3 * secs:>9.2f}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--configs", default="demo,stages_mean,activations_onehot")
     p.add_argument("--samples", default="256,1024,4096")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--reference", type=int, default=1 << 16)
+    p.add_argument("--rules", action="store_true", help="qmc against sparse grids")
+    p.add_argument("--set", action="append", default=[], help="config override (--rules)")
+    p.add_argument("--t-long", type=float, default=200.0)
     a = p.parse_args()
     for name in a.configs.split(","):
-        run_config(name, [int(s) for s in a.samples.split(",")], a.seeds, a.reference)
+        samples = [int(s) for s in a.samples.split(",")]
+        if a.rules:
+            run_rules(name, a.set, samples, a.seeds, a.reference, a.t_long)
+        else:
+            run_config(name, samples, a.seeds, a.reference)
 
 
 if __name__ == "__main__":

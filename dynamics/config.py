@@ -119,7 +119,8 @@ class ODESection:
                                  # the family): those values, the rest from the D → ∞ limit
 
     def validate(self) -> None:
-        _choice("ode.expectation", self.expectation, ("mc", "qmc", "quadrature", "exact"))
+        _choice("ode.expectation", self.expectation,
+                ("mc", "qmc", "quadrature", "sparse", "exact"))
         if self.samples != "auto":
             if not isinstance(self.samples, int) or isinstance(self.samples, bool):
                 raise ConfigError(f"ode.samples = {self.samples!r}: must be an integer or "

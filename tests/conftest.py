@@ -131,7 +131,7 @@ _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_r
 QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "test_moments",
                "test_symbolic", "test_symbolic_readout", "test_generic_engine",
                "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
-               "test_startup", "test_lint", "test_docs_site", "test_verdicts")
+               "test_startup", "test_lint", "test_docs_site", "test_verdicts", "test_sparse_grid")
 
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full
@@ -139,6 +139,7 @@ QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "
 # case of the same test (the full suite runs them all).
 QUICK_LEAVES_OUT = frozenset({
     "test_config_cli.py::test_cli_bayes_json[flipped_spike]",
+    "test_sparse_grid.py::test_config_and_budget",
     "test_fields.py::test_gram_matrix_definition[discrete_2d]",
     "test_fields.py::test_gram_matrix_definition[flipped_spike]",
     "test_fields.py::test_population_risk_equals_finite_d_risk[gaussian_2d]",

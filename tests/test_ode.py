@@ -119,7 +119,7 @@ def test_expectation_backends_agree_within_error_bars(activation):
                              s=jnp.array([[0.8]]), b=jnp.array([0.1]))
     hp = StepSizes(lr=0.8, lr_bias=1.0)
     results = {}
-    for name in ("mc", "qmc", "quadrature"):
+    for name in ("mc", "qmc", "quadrature", "sparse"):
         be = d.expectations.get_expectation(name, 1 << 14, seed=1)
         f = ManifoldField.build(model, hp, be)
         results[name] = _with_error(f, ov)
@@ -130,7 +130,8 @@ def test_expectation_backends_agree_within_error_bars(activation):
                     ra, ea = (getattr(x, leaf) for x in results[a])
                     rb, eb = (getattr(x, leaf) for x in results[b])
                     assert _z(ra, ea, rb, eb) < 4.5, (a, b, leaf)
-    # quadrature (4 dims, order 11) is far more accurate than MC at the same budget
+    # quadrature (4 dims, order 11) is far more accurate than MC at the same budget (the
+    # sparse grid's own estimate, from the level below, is not smaller than MC's here)
     assert float(results["quadrature"][1].q.max()) < 0.1 * float(results["mc"][1].q.max())
 
 

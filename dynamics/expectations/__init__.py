@@ -13,20 +13,24 @@ from ._qmc import QuasiMonteCarlo as QuasiMonteCarlo
 from ._quadrature import EXACT_MAX_NODES as EXACT_MAX_NODES
 from ._quadrature import Quadrature as Quadrature
 from ._quadrature import exact_rule as exact_rule
+from ._sparse import SparseGrid as SparseGrid
+from ._sparse import smolyak_rule as smolyak_rule
 
 
 AUTO_MAX_SAMPLES = 1 << 18
 """The most nodes `[ode] samples = "auto"` chooses."""
 
-_BACKENDS = {"mc": MonteCarlo, "qmc": QuasiMonteCarlo, "quadrature": Quadrature}
+_BACKENDS = {"mc": MonteCarlo, "qmc": QuasiMonteCarlo, "quadrature": Quadrature,
+             "sparse": SparseGrid}
 BACKENDS = tuple(_BACKENDS)
 """The config names of the backends (`[ode] expectation`)."""
 
 
 def get_expectation(name: str, samples: int, seed: int = 0) -> AbstractExpectation:
-    """The backend `name` ("mc", "qmc" or "quadrature") with a budget of `samples` nodes."""
+    """The backend `name` ("mc", "qmc", "quadrature" or "sparse") with a budget of `samples`
+    nodes."""
     if name not in _BACKENDS:
         raise ConfigError(f"ode.expectation = {name!r}: choose one of {', '.join(_BACKENDS)}")
-    if name == "quadrature":
-        return Quadrature(samples=samples)
+    if name in ("quadrature", "sparse"):                 # deterministic nodes: no seed
+        return _BACKENDS[name](samples=samples)
     return _BACKENDS[name](samples=samples, seed=seed)

@@ -103,7 +103,7 @@ class AbstractModel(ModelBase):
                               + (f" with model.activation = {cfg.model.activation!r}"
                                  if hasattr(cfg.model, "activation") else "")
                               + " has no closed-form Gaussian integrals for the drift; choose "
-                              "'mc', 'qmc' or 'quadrature'")
+                              "'mc', 'qmc', 'quadrature' or 'sparse'")
         if isinstance(cfg.ode.init, dict):
             model.check_state(model.with_named(model.limit_state(), cfg.ode.init),
                               what="ode.init")

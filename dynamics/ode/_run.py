@@ -112,7 +112,7 @@ def sized(cfg: Config, model: Any, ov0: Any, times,
     random node sets (`mc`, `qmc`) the pilot's error of the quantity is measured directly: the
     standard deviation of the quantity over `QUANTITY_REPLICATES` pilot runs on independent
     node sets (seeds `seed`, `seed + 1`, …, [`replicate_spread`][]), scaled to the target like
-    the field's. On the deterministic `quadrature` nodes the pilot run and its rerun on
+    the field's. On the deterministic `quadrature` and `sparse` nodes the pilot run and its rerun on
     `NODE_FACTOR` times the nodes give the change `δ`, and the pilot's error is taken as
     `δ/(1 − NODE_FACTOR^{-1/2})`. The larger count wins, rounded up to a power of two, at most
     `AUTO_MAX_SAMPLES`. An explicit `samples` is returned unchanged.

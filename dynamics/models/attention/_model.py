@@ -101,7 +101,7 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
         if cfg.ode.expectation == "exact":
             raise ConfigError("ode.expectation = 'exact': closed forms exist for models of "
                               "units with Gaussian integrals (model.kind = 'committee'); "
-                              "choose 'mc', 'qmc' or 'quadrature'")
+                              "choose 'mc', 'qmc', 'quadrature' or 'sparse'")
         if isinstance(cfg.ode.init, dict):
             raise ConfigError("ode.init: a table of named order parameters is for models of "
                               "the family; the attention model takes 'random' or 'symmetric'")
