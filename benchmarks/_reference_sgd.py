@@ -35,8 +35,9 @@ def gradients(K, V, b, X, y):
 
 def make_run(dim: int, heads: int, tokens: int, *, amplitude: float = 3.0, p: float = 0.7,
              lr: float = 1.0, lr_bias: float = 1.0, init_std: float = 0.1,
-             dtype=jnp.float32):
-    """`run(keys (S,), steps) → (K, V, b)` for S seeds, jitted with `steps` static."""
+             dtype=jnp.float32, teacher: bool = False):
+    """`run(keys (S,), steps) → (K, V, b)` for S seeds, jitted with `steps` static; with
+    `teacher`, `(K, V, b, k*, v*)` (the teacher's directions, `|k*|² = |v*|² = D`)."""
     sqrt_d = jnp.sqrt(jnp.asarray(dim, dtype))
 
     def one_seed(key, steps):
@@ -60,6 +61,7 @@ def make_run(dim: int, heads: int, tokens: int, *, amplitude: float = 3.0, p: fl
             return (K - lr / sqrt_d * g_chi @ X, V - lr / sqrt_d * g_z @ X,
                     b - lr_bias / dim * g_b)
 
-        return jax.lax.fori_loop(0, steps, step, (K, V, b))
+        K, V, b = jax.lax.fori_loop(0, steps, step, (K, V, b))
+        return (K, V, b, kstar, vstar) if teacher else (K, V, b)
 
     return jax.jit(jax.vmap(one_seed, in_axes=(0, None)), static_argnums=1)

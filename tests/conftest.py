@@ -68,7 +68,7 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
                  "test_learning_curve", "test_scaling", "test_phases",
                  "test_pruning", "test_activations_cmd", "test_fixed_points", "test_convergence",
                  "test_cli_robustness", "test_stability", "test_sde", "test_committee_curve",
-                 "test_symbolic"}
+                 "test_symbolic", "test_numpy_reference"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -131,7 +131,8 @@ _LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_r
 QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "test_moments",
                "test_symbolic", "test_symbolic_readout", "test_generic_engine",
                "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
-               "test_startup", "test_lint", "test_docs_site", "test_verdicts", "test_sparse_grid")
+               "test_startup", "test_lint", "test_docs_site", "test_verdicts", "test_sparse_grid",
+               "test_numpy_reference")
 
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full

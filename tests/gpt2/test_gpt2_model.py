@@ -9,11 +9,10 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
+import torch           # declared test dependencies (`.[test]`): a broken install fails here
+import transformers
 
 import headflow.validation.gpt2 as g
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 
 def _hf_model(folder):
