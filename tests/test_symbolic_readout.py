@@ -1,6 +1,7 @@
 """The symbolic derivation of readout models (`dynamics/symbolic/_readout.py`): the system sympy
 derives from the committee's predictor, evaluated with the unit's closed-form integrals, equals
-the engine's exact field to round-off, and has the structure of the Saad–Solla ODEs."""
+the engine's exact field and the Saad–Solla equations written out independently to round-off,
+and has their structure."""
 
 from __future__ import annotations
 
@@ -33,6 +34,36 @@ def test_derived_rhs_equals_exact_field(K, M, unit, sigma, both):
     assert float(jnp.max(jnp.abs(derived.gram - exact.gram))) <= 1e-13 * scale
     np.testing.assert_allclose(derived.params["v"], exact.params["v"], rtol=0, atol=1e-14)
     np.testing.assert_array_equal(derived.params["A"], 0.0)
+
+
+@pytest.mark.parametrize("K, M, unit, sigma, both", [
+    (2, 1, "erf", 0.4, True), (3, 2, "erf", 0.0, False), (2, 2, "linear", 0.3, True)])
+def test_derived_rhs_equals_the_saad_solla_loops(K, M, unit, sigma, both):
+    """The derived system against the Saad–Solla equations written out independently
+    (`test_committee_exact.ref_rhs`: loops over units, the integrals' closed forms coded in that
+    file): `dQ` with its η² terms and the label noise's `σ² J2`, `dR` and `dv`, to 1e-13 of
+    the largest entry, at a random state with second layers away from 1."""
+    from test_committee_exact import ref_rhs
+
+    model = Committee(K=K, M=M, unit=get_unit(unit), noise=sigma, train_second_layer=both,
+                      init_first_std=0.9)
+    st = model.initial_state(jax.random.key(7 * K + M), 2 * (K + M))
+    v, A = np.linspace(0.5, 1.4, K), np.linspace(1.2, 0.7, M)
+    st = GramState(gram=st.gram, params={"v": jnp.asarray(v), "A": jnp.asarray(A)})
+    eta, eta_v = 0.9, 0.4
+    derived = readout_rhs(model, eta, eta_v, st)
+    g = np.asarray(st.gram)
+    dQ, dR, dv = ref_rhs(g[:K, :K], g[:K, K:], g[K:, K:], v, A, eta=eta, eta_v=eta_v,
+                         sigma=sigma, train=both, unit=unit)
+    got = np.asarray(derived.gram)
+    scale = np.max(np.abs(dQ))
+    np.testing.assert_allclose(got[:K, :K], dQ, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(got[:K, K:], dR, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(np.asarray(derived.params["v"]), dv, rtol=0, atol=1e-13 * scale)
+    # the η² terms are a visible part of dQ here (the check covers them)
+    no_noise, _, _ = ref_rhs(g[:K, :K], g[:K, K:], g[K:, K:], v, A, eta=eta, eta_v=eta_v,
+                             sigma=sigma, train=both, unit=unit, noise=False)
+    assert np.max(np.abs(dQ - no_noise)) > 1e-3 * scale
 
 
 def test_structure_is_saad_solla():
