@@ -5,6 +5,11 @@ tagged `parameters` (papermill style) and sets `SIZE`; the test replaces that ce
 `SIZE = "ci"` and executes the notebook with nbclient in the `notebooks/` folder; the last line
 printed by the last cell is `verdict: <claim>: <reproduced|not reproduced>: <numbers>`.
 
+Every verdict line a notebook prints is checked against `tests/notebook_verdicts.toml`, which
+names each claim and the verdict it comes out with at `SIZE = "ci"`: the claims known not to
+come out at that size are listed there by name as "not reproduced", and a verdict that changes
+either way fails the test.
+
 The kernels share the test session's compilation cache (through JAX's environment variables; a
 notebook itself configures nothing): a program a notebook traces again, or one a test compiled
 before, is read back instead of compiled (the saving: `benchmarks/RESULTS.md`, "The test
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -26,6 +32,8 @@ from headflow.validation._cache import cache_root, jax_cache_options
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 VERDICT = re.compile(r"^verdict: [^:]+: (reproduced|not reproduced): .+$")
+CLAIM = re.compile(r"^verdict: (.+?): (reproduced|not reproduced): ", re.M)
+EXPECTED = tomllib.loads((Path(__file__).with_name("notebook_verdicts.toml")).read_text())
 
 
 def _parameters_cell(nb) -> int:
@@ -45,6 +53,7 @@ def _printed(cell) -> str:
 
 def test_there_are_notebooks():
     assert NOTEBOOKS
+    assert sorted(EXPECTED) == sorted(p.stem for p in NOTEBOOKS)   # one table per notebook
 
 
 @pytest.fixture
@@ -74,3 +83,10 @@ def test_notebook_runs_and_states_its_verdict(path):
     assert last, "the last cell prints nothing"
     print(last[-1])
     assert VERDICT.match(last[-1]), last[-1]
+    said = {m.group(1): m.group(2)
+            for cell in nb.cells if cell.cell_type == "code"
+            for m in CLAIM.finditer(_printed(cell))}
+    assert said == EXPECTED[path.stem], {
+        claim: (said.get(claim), EXPECTED[path.stem].get(claim))
+        for claim in set(said) | set(EXPECTED[path.stem])
+        if said.get(claim) != EXPECTED[path.stem].get(claim)}
