@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import equinox as eqx
-import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
@@ -20,17 +19,7 @@ from headflow.dynamics.ode import build_field
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from _numpy_ode import NumpyManifoldRHS  # noqa: E402
-
-
-def _state(key, H: int, F: int) -> d.Overlaps:
-    k = jr.split(key, 5)
-    m = 0.6 * jr.normal(k[0], (H, F))
-    A = jr.normal(k[1], (H, H)) / np.sqrt(H)
-    n = 0.5 * jr.normal(k[2], (H,))
-    C = jr.normal(k[3], (H, H)) / np.sqrt(H)
-    return d.Overlaps.manifold(m, m @ m.T + 0.4 * A @ A.T + 0.05 * jnp.eye(H), n,
-                               jnp.outer(n, n) + 0.4 * C @ C.T + 0.05 * jnp.eye(H),
-                               0.3 * jr.normal(k[4], (H,)))
+from bench_expectations import random_state as _state  # noqa: E402
 
 
 def _flat(ov) -> np.ndarray:
