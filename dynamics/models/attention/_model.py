@@ -46,7 +46,10 @@ from ._sgd import AttentionWeightSGD
 from ._start import initial_overlaps, random_start
 
 
-_DEFAULT_PRIOR = PriorSection().build(1)
+def _default_prior() -> AbstractPrior:
+    # built on demand: a prior holds JAX arrays, and importing headflow must not start JAX's
+    # backend (`jax.distributed.initialize` has to come first)
+    return PriorSection().build(1)
 
 
 @register_model
@@ -71,7 +74,7 @@ class Model(AttentionBase, AbstractModel):  # type: ignore[misc]  # its predicto
     F: int = param(1, ge=1, help="latent directions (the dimension of [prior])")
     activation: AbstractActivation = param("bayes_softmax", convert=get_activation,
                                            static=False, help="the heads' activation")
-    prior: AbstractPrior = eqx.field(default=_DEFAULT_PRIOR)
+    prior: AbstractPrior = eqx.field(default_factory=_default_prior)
     noise: float = param(0.0, ge=0, help="Δ, the label noise")
     rho: float = param(1.0, gt=0, help="ρ* = |v*|²/D, the teacher value's norm")
     train_values: bool = param(True, help="train the values v_h (false: frozen to v*)")
