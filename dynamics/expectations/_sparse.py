@@ -43,7 +43,7 @@ def _levels(dim: int, level: int):
 @functools.cache
 def smolyak_rule(dim: int, level: int) -> tuple[np.ndarray, np.ndarray]:
     """Smolyak's sparse grid of `level` (1: one node) over `dim` standard normals, from the
-    1-d rules of [`_gauss_hermite`]: `A = Σ (−1)^{L−1−|e|} C(d−1, L−1−|e|) ⊗_k U^{1+e_k}` over
+    1-d Gauss–Hermite rules of order `2l − 1`: `A = Σ (−1)^{L−1−|e|} C(d−1, L−1−|e|) ⊗_k U^{1+e_k}` over
     `L − d ≤ |e| ≤ L − 1`. Coinciding nodes are merged (their weights summed); weights sum to
     1 and may be negative. Exact for every polynomial of total degree `≤ 2·level − 1`."""
     if dim == 0:
@@ -107,7 +107,8 @@ class SparseGrid(AbstractExpectation):
     samples: int
 
     def level(self, dim: int) -> int:
-        """The highest level (≥ 2) whose rule has at most `samples` nodes ([`rule_size`][])."""
+        """The highest level (≥ 2) whose rule has at most `samples` nodes (counted without
+        building the rule)."""
         level = 1
         while level < MAX_LEVEL and rule_size(dim, level + 1) <= self.samples:
             level += 1
