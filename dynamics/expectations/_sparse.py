@@ -29,9 +29,9 @@ def _gauss_hermite(level: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _levels(dim: int, level: int):
-    """The multi-indices `i ≥ 1` (tuples of `dim`) with `level ≤ |i| − dim + 1 + dim − 1`, i.e.
-    `level − dim + 1 ≤ |i| − dim + 1 ≤ level`, written as their excess `e = i − 1` with
-    `max(level − dim, 0) ≤ |e| ≤ level − 1`; and Smolyak's coefficient of each."""
+    """The levels of Smolyak's sum, written as their excess `e = i − 1 ≥ 0` over the first
+    level (arrays of `dim`), with `max(level − dim, 0) ≤ |e| ≤ level − 1`, and the coefficient
+    `(−1)^{level−1−|e|} C(dim − 1, level − 1 − |e|)` of each."""
     top = level - 1
     for total in range(max(top - dim + 1, 0), top + 1):
         coef = (-1) ** (top - total) * math.comb(dim - 1, top - total)
@@ -43,9 +43,10 @@ def _levels(dim: int, level: int):
 @functools.cache
 def smolyak_rule(dim: int, level: int) -> tuple[np.ndarray, np.ndarray]:
     """Smolyak's sparse grid of `level` (1: one node) over `dim` standard normals, from the
-    1-d Gauss–Hermite rules of order `2l − 1`: `A = Σ (−1)^{L−1−|e|} C(d−1, L−1−|e|) ⊗_k U^{1+e_k}` over
-    `L − d ≤ |e| ≤ L − 1`. Coinciding nodes are merged (their weights summed); weights sum to
-    1 and may be negative. Exact for every polynomial of total degree `≤ 2·level − 1`."""
+    1-d Gauss–Hermite rules `U^l` of order `2l − 1`:
+    `A = Σ (−1)^{L−1−|e|} C(d−1, L−1−|e|) ⊗_k U^{1+e_k}` over `L − d ≤ |e| ≤ L − 1`.
+    Coinciding nodes are merged (their weights summed); weights sum to 1 and may be negative.
+    Exact for every polynomial of total degree `≤ 2·level − 1`."""
     if dim == 0:
         return np.zeros((1, 0)), np.ones(1)
     rules = [_gauss_hermite(lv) for lv in range(1, level + 1)]
