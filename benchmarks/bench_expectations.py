@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -199,7 +200,7 @@ def run_rules(name: str, sets: list[str], samples: list[int], seeds: int, refere
           f"risk {float(run.risk[-1]):.6g}")
     states = jax.tree.map(lambda a, b: jnp.stack([a, b]), start, late)
 
-    def field_on(rule) -> tuple[d.Overlaps, int]:
+    def field_on(rule) -> tuple[Any, int]:
         nodes = key_nodes(model, rule)
         return eqx.tree_at(lambda f: f.nodes, base, nodes), nodes.size
 

@@ -53,10 +53,10 @@ def smolyak_rule(dim: int, level: int) -> tuple[np.ndarray, np.ndarray]:
     # every 1-d node value gets an integer code, so coinciding nodes are found exactly
     values = np.unique(np.concatenate([x for x, _ in rules]))
     codes = [np.searchsorted(values, x) for x, _ in rules]
+    base = np.full(dim, codes[0][0])                        # the 1-node rule's node, 0
     keys, weights = [], []
     for excess, coef in _levels(dim, level):
         active = np.flatnonzero(excess)
-        base = np.full(dim, codes[0][0])                    # the 1-node rule's node, 0
         if active.size == 0:
             keys.append(base[None, :])
             weights.append(np.array([float(coef)]))
