@@ -9,6 +9,8 @@ curve against `run_ode`; the SDE ensemble's mean curve
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -42,7 +44,7 @@ SCHEDULES = ['training.lr_schedule={kind = "log", times = [0.5, 2, 6], values = 
 RTOL = 1e-4
 
 
-def _functionals(curve: LearningCurve, level: float):
+def _functionals(curve: LearningCurve, level):
     def f(params):
         risk = curve(params)
         return jnp.stack([final_risk(risk), mean_risk(curve.ts, risk),
@@ -50,14 +52,45 @@ def _functionals(curve: LearningCurve, level: float):
     return f
 
 
-def _check_against_fd(cfg_overrides: list[str], names: tuple[str, ...]) -> None:
+# one program each for the curve with its functionals and for their reverse-mode Jacobian: the
+# level is an argument (a traced scalar), not a constant of a new closure
+@eqx.filter_jit
+def _curve_and_functionals(curve: LearningCurve, params, level):
+    return curve(params), _functionals(curve, level)(params)
+
+
+@eqx.filter_jit
+def _jacobian(curve: LearningCurve, params, level):
+    return jax.jacrev(_functionals(curve, level))(params)
+
+
+class _Point(NamedTuple):
+    curve: LearningCurve
+    p0: dict
+    level: jax.Array
+    jac: dict
+
+
+def _point(cfg_overrides: list[str]) -> _Point:
+    """The curve of a config at its defaults, the level its risk crosses between two save
+    points, and the Jacobian of the three functionals there."""
     curve = LearningCurve.from_config(load_config(None, cfg_overrides))
     p0 = curve.defaults()
-    risk = np.asarray(eqx.filter_jit(lambda c, p: c(p))(curve, p0))
+    risk, _ = _curve_and_functionals(curve, p0, jnp.asarray(0.0))
+    risk = np.asarray(risk)
     assert np.all(np.isfinite(risk)) and risk[-1] < risk[0]
-    level = float(0.5 * (risk[0] + risk[-1]))      # crossed between two save points
-    value = eqx.filter_jit(lambda c, p: _functionals(c, level)(p))
-    jac = eqx.filter_jit(lambda c, p: jax.jacrev(_functionals(c, level))(p))(curve, p0)
+    level = jnp.asarray(0.5 * (risk[0] + risk[-1]))      # crossed between two save points
+    return _Point(curve, p0, level, _jacobian(curve, p0, level))
+
+
+@pytest.fixture(scope="module")
+def base_point() -> _Point:
+    """`BASE` at its defaults (shared by the finite differences and the adjoints' test)."""
+    return _point(BASE)
+
+
+def _check_against_fd(point: _Point, names: tuple[str, ...]) -> None:
+    curve, p0, level, jac = point
     for name in names:
         x0 = np.asarray(p0[name])
         flat = x0.reshape(-1)
@@ -65,8 +98,10 @@ def _check_against_fd(cfg_overrides: list[str], names: tuple[str, ...]) -> None:
             h = 1e-4 * max(abs(float(flat[i])), 0.1)
             e = np.zeros_like(flat)
             e[i] = h
-            plus = value(curve, {**p0, name: jnp.asarray((flat + e).reshape(x0.shape))})
-            minus = value(curve, {**p0, name: jnp.asarray((flat - e).reshape(x0.shape))})
+            _, plus = _curve_and_functionals(
+                curve, {**p0, name: jnp.asarray((flat + e).reshape(x0.shape))}, level)
+            _, minus = _curve_and_functionals(
+                curve, {**p0, name: jnp.asarray((flat - e).reshape(x0.shape))}, level)
             fd = (np.asarray(plus) - np.asarray(minus)) / (2 * h)
             g = np.asarray(jac[name]).reshape(3, -1)[:, i]
             for k, what in enumerate(("risk at T", "mean risk", "time to level")):
@@ -79,28 +114,29 @@ def _check_against_fd(cfg_overrides: list[str], names: tuple[str, ...]) -> None:
 
 
 @pytest.mark.slow
-def test_gradients_match_finite_differences():
+def test_gradients_match_finite_differences(base_point):
     """Every parameter but the schedules' knot values (they replace lr and lr_bias)."""
     names = tuple(p for p in PARAMS if "schedule" not in p)
-    _check_against_fd(BASE, names)
+    _check_against_fd(base_point, names)
 
 
 @pytest.mark.slow
 def test_schedule_gradients_match_finite_differences():
-    _check_against_fd(BASE + SCHEDULES, ("training.lr_schedule", "training.lr_bias_schedule"))
+    _check_against_fd(_point(BASE + SCHEDULES),
+                      ("training.lr_schedule", "training.lr_bias_schedule"))
 
 
 @pytest.mark.slow
-def test_backsolve_agrees_with_recursive_checkpointing():
-    cfg = load_config(None, BASE)
-    grads = {}
-    for adjoint in ("recursive", "backsolve"):
-        curve = LearningCurve.from_config(cfg, adjoint=adjoint)
-        grads[adjoint] = eqx.filter_jit(
-            lambda c, p: jax.grad(lambda q: mean_risk(c.ts, c(q)))(p))(curve, curve.defaults())
-    for name, g in grads["recursive"].items():
-        np.testing.assert_allclose(grads["backsolve"][name], g, rtol=1e-5, atol=1e-9,
-                                   err_msg=name)
+def test_backsolve_agrees_with_recursive_checkpointing(base_point):
+    """The gradient of the mean risk: the recursive adjoint's is the middle row of the
+    functionals' Jacobian (`base_point`, one program shared with the finite differences)."""
+    curve = LearningCurve.from_config(load_config(None, BASE), adjoint="backsolve")
+    backsolve = eqx.filter_jit(
+        lambda c, p: jax.grad(lambda q: mean_risk(c.ts, c(q)))(p))(curve, curve.defaults())
+    recursive = {name: np.asarray(j)[1] for name, j in base_point.jac.items()}
+    assert set(backsolve) == set(recursive)
+    for name, g in recursive.items():
+        np.testing.assert_allclose(backsolve[name], g, rtol=1e-5, atol=1e-9, err_msg=name)
 
 
 def test_the_curve_is_run_ode():
@@ -147,12 +183,23 @@ def test_sde_curve_is_the_ensemble_mean_and_differentiable():
     forward-mode Jacobian in (η, Δ) matches central differences of whole ensembles."""
     cfg = load_config(None, SDE_BASE)
     curve = SDECurve.from_config(cfg)
-    value = eqx.filter_jit(lambda c, p: c(p))
+
+    @eqx.filter_jit
+    def jacobian_and_value(c, p):
+        # one program for the curve and its tangents: the differences below reuse it
+        def twice(q):
+            r = c(q)
+            return r, r
+        return jax.jacfwd(twice, has_aux=True)(p)
+
+    def value(c, p):
+        return jacobian_and_value(c, p)[1]
+
     p0 = {k: v for k, v in curve.defaults().items() if k in ("training.lr", "model.noise")}
-    mean = np.asarray(value(curve, p0))
+    jac, mean = jacobian_and_value(curve, p0)
+    mean = np.asarray(mean)
     np.testing.assert_allclose(mean, np.asarray(run_sde(cfg).risk).mean(axis=0), rtol=1e-12)
     assert mean[-1] < mean[0]
-    jac = eqx.filter_jit(lambda c, p: jax.jacfwd(lambda q: c(q))(p))(curve, p0)
     for name, x in p0.items():
         h = 1e-5
         fd = (np.asarray(value(curve, {**p0, name: x + h}))

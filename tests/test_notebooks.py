@@ -61,9 +61,9 @@ def _kernel_env(monkeypatch):
     if os.environ.get("HEADFLOW_CACHE", "1") != "0":
         for option, value in jax_cache_options(cache_root()).items():
             monkeypatch.setenv(option.upper(), str(value))
-    # the kernels compile with XLA's LLVM at -O0, as the compile-bound test modules do
-    # (tests/conftest.py): at SIZE = "ci" a notebook compiles far more than it runs
-    monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    # the kernels inherit the session's XLA optimization level 1 through XLA_FLAGS
+    # (tests/conftest.py): at SIZE = "ci" a notebook compiles more than it runs, but its SGD
+    # and SDE ensembles run long enough that level 0 costs more than it saves
 
 
 @pytest.mark.slow

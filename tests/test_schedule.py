@@ -138,7 +138,9 @@ def test_sde_follows_the_schedule():
 
 
 def test_flat_schedule_reproduces_the_constant_step_bit_for_bit():
-    flat = "{times = [0.0, 2.0], values = [0.6, 0.6]}"
+    # the knot times of WINDOW (static, part of the program): the scheduled overlap-space run
+    # is the program of `test_sgd_follows_the_schedule[overlaps-float64]` with other values
+    flat = "{times = [1.0, 1.5, 2.5, 3.0], values = [0.6, 0.6, 0.6, 0.6]}"
     const = load_config(None, [*SMALL, "training.lr=0.6", "training.lr_bias=0.6",
                                "sim.dtype=float64"])
     sched = load_config(None, [*SMALL, f"training.lr_schedule={flat}",
