@@ -12,6 +12,7 @@ import jax.random as jr
 import numpy as np
 import pytest
 
+from _util import optimized
 from headflow.dynamics import analysis as an
 from headflow.dynamics import load_config
 from headflow.dynamics.ode import Integrator, build, integrate
@@ -114,32 +115,40 @@ def test_parameter_free_escape_slope():
 
 @pytest.mark.slow
 def test_escape_distributions_sde_and_sgd(tmp_path):
-    """The escape-time samples of SDE paths, weight-space and overlap-space SGD at a small size
-    (D = 400, 8 runs each, 6 in weight space): every run escapes (at t = 0 where the random
-    start is already past the threshold), the samples are independent (no two equal), and each
-    verdict is one of the three words with its numbers (the KS statistic is the largest
-    CDF gap of the two samples, recomputed here)."""
+    """The escape-time samples of SDE paths, weight-space and overlap-space SGD at D = 400, 64
+    runs each: every run escapes (at t = 0 where the random start is already past the
+    threshold), the samples are independent (no two equal), the KS statistic is the largest CDF
+    gap of the two samples (recomputed here), and the verdicts are the expected ones: the SDE's
+    escape times agree with the overlap chain's (resolved at this size: the KS distance's
+    upper bound is below its tolerance), and no pair disagrees (the three are one law to the
+    resolution of 64 runs; the other pairs need about 90 to 850 runs to be decided). A wrong
+    SDE noise or a wrong chain step makes the KS verdict disagree."""
     from headflow.validation.experiments.escape import escape_distributions
     from headflow.validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
 
     cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
                              "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
-    out = escape_distributions(cfg, 400, 8, weight_runs=6)
-    assert out["runs"] == {"sde": 8, "weights": 6, "overlaps": 8}
+    with optimized():                   # 64 runs of each: run time, not compile time, counts
+        out = escape_distributions(cfg, 400, 64)
+    assert out["runs"] == {"sde": 64, "weights": 64, "overlaps": 64}
     for name in ("sde", "weights", "overlaps"):
         e = out["times"][name]
-        assert e.shape == (out["runs"][name],) and np.isfinite(e).all() and (e >= 0).all()
-        assert len(np.unique(e[e > 0])) == int((e > 0).sum())
+        assert e.shape == (out["runs"][name],) and (e[np.isfinite(e)] >= 0).all()
+        assert np.isfinite(e).sum() >= 60, name                 # a few censored at most
+        escaped = e[np.isfinite(e) & (e > 0)]
+        assert len(np.unique(escaped)) == len(escaped)
     a, b = out["times"]["sde"], out["times"]["weights"]
     x = np.concatenate([a, b])
     gap = np.max(np.abs((a[:, None] <= x).mean(0) - (b[:, None] <= x).mean(0)))
     v = out["verdicts"]["sde_vs_weights"]
     assert v["ks"]["statistic"] == pytest.approx(gap)
-    words = {w for pair in out["verdicts"].values() for w in (pair["ks"]["word"],
-                                                             pair["spread"]["word"])}
-    assert words <= {AGREE, DISAGREE, NOT_RESOLVED}
     print({k: s["mean"] for k, s in out["stats"].items()},
           {p: (v["ks"]["phrase"], v["spread"]["phrase"]) for p, v in out["verdicts"].items()})
+    assert out["verdicts"]["sde_vs_overlaps"]["ks"]["word"] == AGREE
+    words = {w for pair in out["verdicts"].values() for w in (pair["ks"]["word"],
+                                                             pair["spread"]["word"])}
+    assert DISAGREE not in words
+    assert out["overall"] == NOT_RESOLVED          # the undecided pairs keep the whole open
 
 
 def test_escape_distributions_refuses_bad_counts():
