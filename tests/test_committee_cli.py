@@ -219,7 +219,8 @@ def test_compare_runs_the_committee(tmp_path, capsys):
         assert key in summary, key
     assert "m_sup_abs" not in summary and summary["ode_expectation"] == "exact"
     assert set(summary["ensemble"]) == {"risk", "Q", "R", "v"}
-    assert summary["verdicts"]["mean"]["word"] in ("agree", "disagree", "not resolved")
+    # 4 seeds a side: too few to resolve the mean verdict, and the rule must not claim one
+    assert summary["verdicts"]["mean"]["word"] == "not resolved", summary["verdicts"]["mean"]
     assert summary["verdicts"]["mean"]["sizes"] == [4, 4]
     assert {p.name for p in out.iterdir()} >= {"sgd.npz", "ode_per_seed.npz", "ensemble.npz",
                                                "report.json", "compare.png", "config.toml"}
