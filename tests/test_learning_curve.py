@@ -23,6 +23,7 @@ from headflow.dynamics.models.attention import PARAMS
 from headflow.dynamics.ode import (LearningCurve, final_risk, learning_curve, mean_risk, run_ode,
                                    time_to_risk)
 from headflow.dynamics.sde import SDECurve, run_sde
+from headflow.validation.experiments.fit import jacobian_and_curve
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -184,13 +185,8 @@ def test_sde_curve_is_the_ensemble_mean_and_differentiable():
     cfg = load_config(None, SDE_BASE)
     curve = SDECurve.from_config(cfg)
 
-    @eqx.filter_jit
-    def jacobian_and_value(c, p):
-        # one program for the curve and its tangents: the differences below reuse it
-        def twice(q):
-            r = c(q)
-            return r, r
-        return jax.jacfwd(twice, has_aux=True)(p)
+    # one program for the curve and its tangents: the differences below reuse it
+    jacobian_and_value = eqx.filter_jit(lambda c, p: jacobian_and_curve(p, c))
 
     def value(c, p):
         return jacobian_and_value(c, p)[1]
