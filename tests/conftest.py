@@ -125,16 +125,25 @@ def pytest_report_header(config):
 
 # The suite runs on two xdist workers, a test file to a worker (`--dist loadfile`), handed out
 # in collection order (`--no-loadscope-reorder` in pyproject.toml: xdist would otherwise order
-# the files by their number of tests). The files below take most of the time (measured, longest
-# first); sending them out first keeps one worker from finishing a long file alone at the end.
-_LONGEST_FIRST = ("test_ode", "test_trajectory", "test_overlap_sgd", "test_cli_robustness",
-                  "test_sde", "test_distributed", "test_stability", "test_schedule_cli",
-                  "test_fixed_points", "test_sgd", "test_phases", "test_learning_curve",
-                  "test_escape", "test_pruning", "test_sde_cli", "test_schedule",
-                  "test_ode_drift", "test_activations_cmd", "test_notebooks", "test_compare_sde",
-                  # the longest files of the quick tier, so that its two workers finish together
-                  "test_symbolic", "test_fields", "test_model", "test_activations", "test_priors",
-                  "test_config_cli")
+# the files by their number of tests). The files below take most of the time, listed longest
+# first by their time in a full run (`benchmarks/RESULTS.md`, "The test suite"): handing out the
+# longest files first (the notebooks, a third of one worker's time, first of all) keeps one
+# worker from finishing a long file alone at the end. The quick tier's files keep the same
+# order among themselves.
+_LONGEST_FIRST = ("test_notebooks", "test_schedule_cli", "test_learning_curve", "test_ode",
+                  "test_cli_robustness", "test_sde", "test_stability", "test_activations_cmd",
+                  "test_ode_drift", "test_cache", "test_distributed", "test_escape",
+                  "test_user_models", "test_fixed_points", "test_overlap_sgd",
+                  "test_trajectory", "test_committee_curve", "test_committee_escape",
+                  "test_phases", "test_symbolic", "test_convergence", "test_schedule",
+                  "test_pruning", "test_committee_commands", "test_committee_sgd",
+                  "test_extension", "test_committee_cli", "test_bayes", "test_model",
+                  "test_fields", "test_gpt2_experiments", "test_sgd", "test_compare_sde",
+                  "test_theory_vs_sgd", "test_symmetric_nodes", "test_committee_exact",
+                  "test_symbolic_readout", "test_model_extension", "test_gpt2_cli",
+                  "test_sde_cli", "test_gpt2_bounds", "test_reference_sgd", "test_imports",
+                  "test_committee_overparam", "test_generic_engine", "test_gpt2_model",
+                  "test_scaling", "test_priors", "test_activations", "test_sparse_grid")
 
 
 # The quick tier (`pytest -m quick`, README): the mathematical core, the config and command-line
@@ -145,8 +154,8 @@ QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "
                "test_symbolic", "test_symbolic_readout", "test_generic_engine",
                "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
                "test_startup", "test_lint", "test_docs_site", "test_docs_defaults", "test_verdicts",
-               "test_sparse_grid",
-               "test_numpy_reference")
+               "test_sparse_grid", "test_numpy_reference", "test_committee_exact",
+               "test_theory_vs_sgd")
 
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full

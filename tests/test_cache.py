@@ -37,13 +37,13 @@ def _files(folder: Path) -> list[Path]:
 @pytest.mark.slow
 def test_repeated_run_uses_the_cache(tmp_path):
     cache = tmp_path / "cache"
-    _ode(tmp_path / "a", cache)
+    cold = _ode(tmp_path / "a", cache)["wall_s"]
     jax_entries = _files(cache / "jax")
     assert jax_entries, "no compiled program was cached"
     assert _files(cache / "symbolic"), "the generated symbolic code was not cached"
     # the same experiment through another command line (the results cache keys on the
     # arguments, so this one is computed, from the cached programs)
-    _ode(tmp_path / "b", cache, after=("--set", "ode.seed=0"))
+    warm = _ode(tmp_path / "b", cache, after=("--set", "ode.seed=0"))["wall_s"]
     with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
         for name in a:
             np.testing.assert_array_equal(a[name], b[name], err_msg=name)
@@ -53,6 +53,28 @@ def test_repeated_run_uses_the_cache(tmp_path):
     again = _files(cache / "jax")
     assert set(jax_entries) <= set(again)
     assert len(again) - len(jax_entries) <= len(jax_entries) // 4, again
+    # meta.json's phases (headflow.validation._phases) say so: the cold run read nothing back
+    # from the empty cache, the warm one read its programs back, faster than compiling them
+    _check_phases(cold)
+    _check_phases(warm)
+    assert cold["cache_load"] == 0 < warm["cache_load"]
+    assert warm["compile"] < cold["compile"] / 2, (cold, warm)
+
+
+def _check_phases(wall: dict) -> None:
+    """The phases of a fresh `headflow ode`: every one present and non-negative; the blocks that
+    follow each other add up to at most the total, the ODE's parts to at most its block, and
+    JAX's phases to at most the total."""
+    parts = ("imports", "setup", "ode", "write", "figure")
+    ode = ("ode.build", "ode.compile", "ode.integrate", "ode.risk", "ode.field_error")
+    jax = ("trace", "lower", "compile", "cache_load")
+    assert set(parts + ode + jax + ("total",)) <= wall.keys(), sorted(wall)
+    assert all(wall[k] >= 0 for k in wall), wall
+    assert sum(wall[k] for k in parts) <= wall["total"] + 1e-3, wall
+    assert sum(wall[k] for k in ode) <= wall["ode"] + 1e-3, wall
+    assert wall["trace"] + wall["lower"] + wall["compile"] <= wall["total"] + 1e-3, wall
+    assert wall["cache_load"] <= wall["compile"] + 1e-3, wall
+    assert wall["imports"] > 0.1                   # importing JAX alone takes longer
 
 
 @pytest.mark.slow

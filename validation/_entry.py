@@ -20,6 +20,9 @@ def entry() -> None:
     """Run `headflow` and exit with its status. After an interrupt the process ends without the
     interpreter's teardown: JAX's runtime threads may still be winding down, and tearing them
     down from a signal-interrupted state is what crashes."""
+    from . import _phases
+
+    _phases.started()
     previous = {s: signal.signal(s, _early) for s in (signal.SIGINT, signal.SIGTERM)}
     # equinox's run-time checks become NaN (which headflow reports) instead of host callbacks,
     # which would keep every compiled program out of JAX's persistent cache

@@ -26,6 +26,7 @@ import numpy as np
 from headflow.dynamics import HeadflowError, check_stop
 from headflow.dynamics.distributed import is_main_process, process_zero_says
 
+from . import _phases
 from ._json import dumps
 
 _PACKAGES = ("headflow", "jax", "jaxlib", "diffrax", "equinox", "numpy", "scipy", "sympy",
@@ -117,7 +118,12 @@ class RunDir:
         self.out = out
         self.meta: dict[str, Any] = {}
         self.wall: dict[str, float] = {}
+        _phases.listen()
+        _phases.lap("setup")
         self._t0 = time.perf_counter()
+        # from the entry point, the whole command's JAX phases; from Python, the folder's
+        self._jax0 = (_phases.jax_seconds() if _phases.since_start() is None
+                      else dict.fromkeys(_phases.jax_seconds(), 0.0))
 
     def path(self, name: str) -> Path:
         """Where to write the file `name` (inside the temporary folder)."""
@@ -127,9 +133,19 @@ class RunDir:
         """Write `arrays` as the `.npz` file `name` in the run folder."""
         np.savez(self.path(name), **arrays)  # type: ignore[arg-type]
 
+    def phases(self) -> dict[str, float]:
+        """The phases before the folder (`imports`, `setup`), the JAX phases and the `total` so
+        far (see [`headflow.validation._phases`][])."""
+        out = _phases.laps()
+        out.update({k: v - self._jax0[k] for k, v in _phases.jax_seconds().items()})
+        since = _phases.since_start()
+        out["total"] = time.perf_counter() - self._t0 if since is None else since
+        return out
+
     @contextlib.contextmanager
     def timed(self, label: str) -> Iterator[None]:
-        """Record the wall time of a block under `meta.json["wall_s"][label]`."""
+        """Record the wall time of a block under `meta.json["wall_s"][label]` (the phases are
+        listed in [`headflow.validation._phases`][])."""
         t = time.perf_counter()
         try:
             yield
@@ -236,7 +252,7 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
         if config_toml is not None:
             run.path("config.toml").write_text(config_toml)
         info = {"command": command, **environment_meta(), **(meta or {}), **run.meta}
-        run.wall["total"] = time.perf_counter() - run._t0
+        run.wall.update(run.phases())
         info["wall_s"] = {k: round(v, 4) for k, v in run.wall.items()}
         run.path("meta.json").write_text(dumps(info, indent=2) + "\n")
         _move_into_place(tmp, out)

@@ -204,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headflow.dynamics import HeadflowError, Interrupted, clear_stop
     from headflow.dynamics.distributed import DistributedSettings, initialize, is_main_process
 
+    from . import _phases
     from ._cache import configure as configure_cache
 
     # headflow's theory and overlaps run in float64; the library never switches it on itself
@@ -221,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     main_process = is_main_process()
     configure_cache(enabled=not args.no_cache)
     clear_stop()
+    _phases.listen()
+    _phases.lap("imports")
     try:
         with contextlib.ExitStack() as stack:
             if not main_process:          # process 0 reports; the others only compute

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,11 @@ class ODEResult(eqx.Module):
     accuracy: dict = eqx.field(static=True, default_factory=dict)
     model: Any = None
     """The model (its `named` view gives the arrays)."""
+    phases: dict = eqx.field(static=True, default_factory=dict)
+    """Wall seconds of the run's parts: `build` (the model, the start and the nodes, with the
+    pilot runs of `samples = "auto"`), `compile` (tracing and compiling the solve, or loading
+    it), `integrate` (the compiled solve running), `risk` (along the saved states) and
+    `field_error` (the field's error estimate at a few saved states)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `ode.npz` arrays (see the README)."""
@@ -249,9 +255,13 @@ def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
     """Integrate `problem` and evaluate the risk and the field's error along the way."""
     p = problem
     sol = integrate(p.field, p.start, p.times, p.integrator, progress=progress)
-    risk, err = p.model.state_risk(p.cfg, sol.overlaps, p.backend)
+    t0 = time.perf_counter()
+    risk, err = jax.block_until_ready(p.model.state_risk(p.cfg, sol.overlaps, p.backend))
+    t1 = time.perf_counter()
     every = max(1, (len(p.times) - 1) // 8)
-    measured = relative_error(p.field, jax.tree.map(lambda x: x[::every], sol.overlaps))
+    measured = np.asarray(relative_error(p.field,
+                                         jax.tree.map(lambda x: x[::every], sol.overlaps)))
+    t2 = time.perf_counter()
     exact = p.backend is None
     accuracy = {**p.sizing, "samples": None if exact else int(p.cfg.ode.samples),
                 "expectation": p.cfg.ode.expectation, **p.model.ode_info(p.cfg, p.field),
@@ -260,11 +270,17 @@ def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
     return ODEResult(t=sol.t, overlaps=sol.overlaps, risk=jnp.asarray(risk),
                      risk_err=jnp.asarray(err), num_steps=sol.num_steps,
                      num_rejected=sol.num_rejected, compile_s=sol.compile_s, run_s=sol.run_s,
-                     accuracy=accuracy, model=p.model)
+                     accuracy=accuracy, model=p.model,
+                     phases={"compile": sol.compile_s, "integrate": sol.run_s,
+                             "risk": t1 - t0, "field_error": t2 - t1})
 
 
 def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False) -> ODEResult:
     """Integrate the configured ODE from `ov0` (default: `[ode] init`) on `times` (default: the
     `[output]` grid) and evaluate the risk along the way: [`solve_problem`][] of
     [`build`][]."""
-    return solve_problem(build(cfg, ov0, times), progress=progress)
+    t0 = time.perf_counter()
+    problem = build(cfg, ov0, times)
+    built = time.perf_counter() - t0
+    res = solve_problem(problem, progress=progress)
+    return dataclasses.replace(res, phases={"build": built, **res.phases})

@@ -33,16 +33,20 @@ def run(args) -> dict:
                  meta={"dtype": "float64"}) as rd:
         with rd.timed("ode"):
             res = run_ode(cfg, progress=show_progress())
+        rd.wall.update({f"ode.{k}": v for k, v in res.phases.items()})
         rd.meta["solver_steps"] = res.num_steps
         rd.meta["ode_compile_s"] = round(res.compile_s, 4)   # tracing + compilation
         rd.meta["ode_run_s"] = round(res.run_s, 4)           # the integration itself
         rd.meta["accuracy"] = res.accuracy                   # nodes and the field's error
         rd.meta["solver_rejected"] = res.num_rejected
-        arrays = res.arrays()
-        rd.save_npz("ode.npz", arrays)
-        plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
-                          title=f"order-parameter ODE, {describe_model(cfg)}"
-                          + (f" ({cfg.ode.form} form)" if cfg.model_kind == "attention" else ""))
+        with rd.timed("write"):
+            arrays = res.arrays()
+            rd.save_npz("ode.npz", arrays)
+        with rd.timed("figure"):
+            plot_trajectories(rd.path("ode.png"), arrays["t"], ode=arrays,
+                              title=f"order-parameter ODE, {describe_model(cfg)}"
+                              + (f" ({cfg.ode.form} form)" if cfg.model_kind == "attention"
+                                 else ""))
     summary = {"risk_final": float(arrays["risk"][-1]), "risk_final_err":
                float(arrays["risk_err"][-1]), "out": str(out)}
     store(args, out, summary, default_out("ode", cfg.to_toml()))
