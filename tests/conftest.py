@@ -200,6 +200,63 @@ QUICK_LEAVES_OUT = frozenset({
 })
 
 
+# Tests marked `slow` here rather than in their files: each took 9 s or more in a full run
+# (`benchmarks/RESULTS.md`, "The test suite"), so `-m "not slow"` leaves them to the full suite
+# and stays within its ten minutes. The full suite (`.ci/run`) runs them all.
+SLOW_BY_TIME = frozenset({
+    "test_activations_cmd.py::test_activations_small_config_softmax1_reaches_stationarity",
+    "test_activations_cmd.py::test_activations_gradient_flow_unless_asked",
+    "test_cache.py::test_repeated_ode_is_replayed_without_jax",
+    "test_cli_robustness.py::test_fuzzed_command_line",
+    "test_committee_commands.py::test_escape_runs_the_committee",
+    "test_committee_curve.py::test_fit_sde_recovers_the_hyperparameters",
+    "test_ode.py::test_symmetric_and_psd_along_a_trajectory",
+    "test_cli_robustness.py::test_prune_json_is_strict",
+    "test_imports.py::test_commands_run_beside_packages_named_like_the_folders",
+    "test_fixed_points.py::test_slow_manifold_switch_reaches_a_stationary_state",
+    "test_committee_commands.py::test_scaling_runs_the_committee",
+    "test_stability.py::test_linear_spread_is_homogeneous_and_initial_law_scales",
+    "test_compare_sde.py::test_compare_ensembles[ode-per-seed-None-ode_per_seed.npz]",
+    "test_cli_robustness.py::test_grid_over_prior_kinds",
+    "test_committee_sgd.py::test_batch_and_weight_decay_follow_the_ode",
+    "test_sde.py::test_same_seed_same_paths_other_seed_other_paths",
+    "test_stability.py::test_schur_block_structure_of_the_jacobian",
+    "test_scaling.py::test_scaling_command_small",
+    "test_pruning.py::test_prune_command_from_ode_states",
+    "test_compare_sde.py::test_compare_ensembles[sde-4-sde.npz]",
+    "test_user_models.py::test_editing_the_model_file_changes_the_next_result",
+    "test_learning_curve.py::test_the_curve_is_run_ode",
+    "test_convergence.py::test_auto_sizing_on_quadrature_nodes_uses_the_node_change",
+    "test_activations_cmd.py::test_activations_reports_the_drift_of_a_non_stationary_state",
+    "test_schedule.py::test_sde_follows_the_schedule",
+    "test_sparse_grid.py::test_config_and_budget",
+    "test_committee_curve.py::test_fit_recovers_the_hyperparameters",
+    "test_stability.py::test_jacobian_matches_finite_differences[softmax]",
+    "test_fixed_points.py::test_integration_reaches_a_stationary_state[softmax-1-3.0-False]",
+    "test_committee_curve.py::test_gradient_equals_finite_differences",
+    "test_sde_cli.py::test_sde_writes_results",
+    "test_user_models.py::test_fuzzed_model_files",
+    "test_reference_sgd.py::test_reference_sgd_equals_headflow_in_law",
+    "test_sde.py::test_frozen_values_gaussian_prior",
+    "test_fixed_points.py::test_bayes_construction_is_a_gradient_flow_fixed_point[discrete_S3]",
+    "test_schedule.py::test_flat_schedule_reproduces_the_constant_step_bit_for_bit",
+    "test_committee_curve.py::test_sde_curve_equals_run_sde",
+    "test_user_models.py::test_entry_point_and_colliding_package_names",
+    "test_overlap_sgd.py::test_equivalence_in_law[frozen_decay_batch2]",
+    "test_ode.py::test_configs_differing_in_values_share_one_compiled_program",
+    "test_overlap_sgd.py::test_equivalence_in_law[demo]",
+    "test_schedule.py::test_ode_follows_the_schedule",
+    "test_sde_cli.py::test_sde_non_finite_paths_are_an_error",
+    "test_stability.py::test_jacobian_matches_finite_differences[bayes_softmax]",
+    "test_fixed_points.py::test_bayes_construction_is_a_gradient_flow_fixed_point[flipped_spike]",
+    "test_ode.py::test_divergence_error",
+    "test_committee_commands.py::test_phases_runs_the_committee",
+    "test_committee_cli.py::test_committee_runs[ode-relu]",
+    "test_committee_cli.py::test_committee_runs[sde]",
+    "test_escape_observable.py::test_sde_one_student_reports_escapes",
+})
+
+
 def pytest_ignore_collect(collection_path, config):
     """Under `-m quick`, the test files outside `QUICK_FILES` are not collected."""
     if (config.getoption("markexpr", "").strip() == "quick" and collection_path.suffix == ".py"
@@ -211,6 +268,8 @@ def pytest_ignore_collect(collection_path, config):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.nodeid.partition("/")[2] in SLOW_BY_TIME:
+            item.add_marker(pytest.mark.slow)
         if (item.path.stem in QUICK_FILES and item.get_closest_marker("slow") is None
                 and item.nodeid.partition("/")[2] not in QUICK_LEAVES_OUT):
             item.add_marker(pytest.mark.quick)

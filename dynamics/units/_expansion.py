@@ -1,0 +1,52 @@
+"""The Hermite expansion of a function of one standard normal variable, and its information
+exponent.
+
+`g(z) = Σ_k c_k He_k(z)` with `c_k = E[g(z) He_k(z)] / k!` (the probabilists' Hermite
+polynomials, orthogonal with `E[He_j He_k] = k! δ_jk`). The information exponent of `g` is the
+smallest `k ≥ 1` with `c_k ≠ 0`: for a target `y = g(w*·x/√D)` learned from a random start
+(overlap `O(D^{-1/2})`), it sets how the time of online SGD to leave the start grows with D.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+POINTS = 201
+"""Gauss–Hermite points of the expansion: exact for polynomials of degree up to 401; for a
+function with a kink (`abs`, ReLU) the coefficients converge slowly in the points, but those
+that vanish by parity are zero to round-off, since the nodes are symmetric."""
+
+
+def hermite_coefficients(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], order: int = 8,
+                         points: int = POINTS) -> np.ndarray:
+    """`(c_0, …, c_order)`, `c_k = E[g(z) He_k(z)] / k!` for `z ~ N(0, 1)`, by the `points`-point
+    Gauss–Hermite rule (`g` maps an array of points to their values, elementwise)."""
+    x, w = np.polynomial.hermite_e.hermegauss(points)
+    w = w / math.sqrt(2.0 * math.pi)
+    gx = np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+    he = np.polynomial.hermite_e.hermevander(x, order)                # (points, order + 1)
+    return np.array([float(np.sum(w * gx * he[:, k])) / math.factorial(k)
+                     for k in range(order + 1)])
+
+
+def information_exponent(g: Callable[[Float[Array, " n"]], Float[Array, " n"]],
+                         order: int = 8, rtol: float = 1e-9) -> int | None:
+    """The smallest `k ≥ 1` whose Hermite coefficient is non-zero: `|c_k| √k!` (its share of
+    `g`'s norm) above `rtol` times `√E[(g(z) − c_0)²]` (or `|c_0|`, when larger: a constant's
+    other coefficients are round-off). None when no coefficient up to `order` is non-zero."""
+    c = hermite_coefficients(g, order)
+    share = np.abs(c) * np.sqrt([math.factorial(k) for k in range(order + 1)])
+    x, w = np.polynomial.hermite_e.hermegauss(POINTS)
+    w = w / math.sqrt(2.0 * math.pi)
+    gx = np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+    norm = math.sqrt(max(float(np.sum(w * (gx - c[0]) ** 2)), 0.0))
+    scale = max(norm, abs(float(c[0])), np.finfo(np.float64).tiny)   # a constant: round-off
+    for k in range(1, order + 1):
+        if share[k] > rtol * scale:
+            return k
+    return None
