@@ -5,10 +5,10 @@ For each, exact overlap-space SGD (`sim.space = "overlaps"`, whose cost per step
 on D) at D = 4000 from random starts, 24 seeds, is compared with the ODE from the D → ∞ start
 (`ode.init = "symmetric"`) at every save time t > 0: the seed mean of every order parameter that
 moves, and of the risk, within `Z` standard errors of the ODE (the risk's own Monte Carlo error
-included where it has one). The finite-D bias of the mean is
-O(1/D), far below the standard error O(1/√(D·seeds)), so a miss beyond `Z` means the drift or the
-SGD step is wrong. The same runs reject the ODE at a learning rate 1.3 times too large: the
-comparison resolves what it checks. Every seed is fixed.
+included where it has one). The finite-D bias of the mean is O(1/D), far below the standard
+error O(1/√(D·seeds)), so a miss beyond `Z` means the drift or the SGD step is wrong. The same
+runs reject the ODE at a learning rate 1.3 times too large: the comparison resolves what it
+checks. Every seed is fixed.
 """
 
 from __future__ import annotations

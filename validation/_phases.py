@@ -8,9 +8,10 @@
   during the result folder), by JAX's own duration events: tracing to a jaxpr, lowering to
   StableHLO, and XLA's compilation, which includes reading a program back from the persistent
   compilation cache; `cache_load` is that reading, a part of `compile`. They overlap the
-  command's blocks below, which contain them.
+  command's blocks below, which contain them;
 - the command's own blocks ([`headflow.validation._rundir.RunDir.timed`][]), for example `ode`
-  (the whole solve), `integrate` (the compiled solve running), `write` and `figure`.
+  (the whole ODE run, with its parts `ode.build`, `ode.compile`, `ode.integrate`, `ode.risk` and
+  `ode.field_error`), `write` and `figure`;
 - `total`: from the entry point (or the folder's start, from Python) to the folder being written.
 
 Importing this module imports nothing beyond the standard library (the entry point imports it
