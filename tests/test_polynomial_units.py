@@ -102,7 +102,7 @@ def test_integrals_match_monte_carlo(unit, name):
              "i3": lambda y: u.derivative(y[..., 0]) * y[..., 1] * u(y[..., 2]),
              "i4": lambda y: (u.derivative(y[..., 0]) * u.derivative(y[..., 1])
                               * u(y[..., 2]) * u(y[..., 3]))}[name]
-        higher = float(gaussian_expectation(f, jnp.asarray(C), 2 * u.degree + 3))
+        higher = float(gaussian_expectation(f, jnp.asarray(C), 4 * u.degree + 4))
         assert got == pytest.approx(higher, rel=1e-11, abs=1e-12)
 
 

@@ -22,13 +22,18 @@ function with a kink (`abs`, ReLU) the coefficients converge slowly in the point
 that vanish by parity are zero to round-off, since the nodes are symmetric."""
 
 
+def _on_rule(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], points: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(nodes, weights, g at the nodes)` of the `points`-point Gauss–Hermite rule of N(0, 1)."""
+    x, w = np.polynomial.hermite_e.hermegauss(points)
+    return x, w / math.sqrt(2.0 * math.pi), np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+
+
 def hermite_coefficients(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], order: int = 8,
                          points: int = POINTS) -> np.ndarray:
     """`(c_0, …, c_order)`, `c_k = E[g(z) He_k(z)] / k!` for `z ~ N(0, 1)`, by the `points`-point
     Gauss–Hermite rule (`g` maps an array of points to their values, elementwise)."""
-    x, w = np.polynomial.hermite_e.hermegauss(points)
-    w = w / math.sqrt(2.0 * math.pi)
-    gx = np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+    x, w, gx = _on_rule(g, points)
     he = np.polynomial.hermite_e.hermevander(x, order)                # (points, order + 1)
     return np.array([float(np.sum(w * gx * he[:, k])) / math.factorial(k)
                      for k in range(order + 1)])
@@ -41,9 +46,7 @@ def information_exponent(g: Callable[[Float[Array, " n"]], Float[Array, " n"]],
     other coefficients are round-off). None when no coefficient up to `order` is non-zero."""
     c = hermite_coefficients(g, order)
     share = np.abs(c) * np.sqrt([math.factorial(k) for k in range(order + 1)])
-    x, w = np.polynomial.hermite_e.hermegauss(POINTS)
-    w = w / math.sqrt(2.0 * math.pi)
-    gx = np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+    _, w, gx = _on_rule(g, POINTS)
     norm = math.sqrt(max(float(np.sum(w * (gx - c[0]) ** 2)), 0.0))
     scale = max(norm, abs(float(c[0])), np.finfo(np.float64).tiny)   # a constant: round-off
     for k in range(1, order + 1):

@@ -1,51 +1,40 @@
 """Polynomial units: the probabilists' Hermite polynomials `he1` … `he4` and `square` (`x²`).
 
 Their Gaussian integrals (`I2`, `I3`, `I4`, `J2`, `docs/committee.md`) are polynomials in the
-covariance. headflow evaluates them exactly, as a Gauss–Hermite product rule in standard normal
+covariance. headflow evaluates them exactly, on a tensor Gauss–Hermite rule in standard normal
 coordinates `x = A z` (`A Aᵀ = C`, from the eigendecomposition, so a singular covariance, two
-fields being one, is exact too) whose order covers the integrand's degree: `n` points a
-coordinate are exact to degree `2n − 1` in each, and the integrand of a unit of degree `d` has
-degree `2d` (`I2`, `I3`), `4d − 2` (`I4`) or `2d − 2` (`J2`) in `z`.
+fields being one, is exact too) whose order covers the integrand's degree: the integrand of a
+unit of degree `d` has total degree `2d` (`I2`, `I3`), `4d − 2` (`I4`) or `2d − 2` (`J2`) in
+`z`.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Float
 
+from ..expectations import exact_rule
 from ._base import AbstractUnit, register_unit
 
 
-@functools.cache
-def gauss_hermite_product(n: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """`(nodes (n^dim, dim), weights (n^dim,))` of the `n`-point Gauss–Hermite rule for the
-    standard normal law in `dim` dimensions (product rule; exact for every polynomial of degree
-    at most `2n − 1` in each coordinate)."""
-    x, w = np.polynomial.hermite_e.hermegauss(n)
-    w = w / math.sqrt(2.0 * math.pi)
-    nodes = np.stack([g.ravel() for g in np.meshgrid(*([x] * dim), indexing="ij")], axis=-1)
-    weights = np.prod(np.stack([g.ravel() for g in np.meshgrid(*([w] * dim), indexing="ij")],
-                               axis=-1), axis=-1)
-    return nodes, weights
-
-
-def gaussian_expectation(f, C: Float[Array, "*batch k k"], n: int) -> Float[Array, "*batch"]:
-    """`E f(x)` for `x ~ N(0, C)` by the `n`-point Gauss–Hermite product rule in `x = A z`:
-    exact when `f` is a polynomial of degree at most `2n − 1` in `z`. `f` maps the fields
-    `(..., k)` to values `(...)`."""
+def gaussian_expectation(f, C: Float[Array, "*batch k k"], degree: int
+                         ) -> Float[Array, "*batch"]:
+    """`E f(x)` for `x ~ N(0, C)` on the tensor Gauss–Hermite rule that is exact for every
+    polynomial of total degree at most `degree` in standard normal coordinates `z`, `x = A z`
+    ([`headflow.dynamics.expectations.exact_rule`][]). `f` maps the fields `(..., k)` to values
+    `(...)`."""
     k = C.shape[-1]
-    z, w = gauss_hermite_product(n, k)
+    rule = exact_rule(k, degree)
+    assert rule is not None, (k, degree)          # the units' integrals stay far below its cap
+    nodes = rule.nodes(k)
     sym = 0.5 * (C + jnp.swapaxes(C, -1, -2))
     lam, V = jnp.linalg.eigh(sym)
     A = V * jnp.sqrt(jnp.maximum(lam, 0.0))[..., None, :]             # A Aᵀ = C
-    x = jnp.einsum("...ij,nj->...ni", A, jnp.asarray(z, C.dtype))     # (..., n^k, k)
-    return jnp.einsum("...n,n->...", f(x), jnp.asarray(w, C.dtype))
+    x = jnp.einsum("...ij,nj->...ni", A, nodes.x.astype(C.dtype))     # (..., nodes, k)
+    return jnp.einsum("...n,n->...", f(x), nodes.w.astype(C.dtype))
 
 
 class PolynomialUnit(AbstractUnit):
@@ -61,22 +50,22 @@ class PolynomialUnit(AbstractUnit):
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         return gaussian_expectation(lambda x: self(x[..., 0]) * self(x[..., 1]), C,
-                                    self.degree + 1)
+                                    2 * self.degree)
 
     def j2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         return gaussian_expectation(
             lambda x: self.derivative(x[..., 0]) * self.derivative(x[..., 1]), C,
-            max(self.degree, 1))
+            2 * self.degree - 2)
 
     def i3(self, C: Float[Array, "*batch 3 3"]) -> Float[Array, "*batch"]:
         return gaussian_expectation(
             lambda x: self.derivative(x[..., 0]) * x[..., 1] * self(x[..., 2]), C,
-            self.degree + 1)
+            2 * self.degree)
 
     def i4(self, C: Float[Array, "*batch 4 4"]) -> Float[Array, "*batch"]:
         return gaussian_expectation(
             lambda x: (self.derivative(x[..., 0]) * self.derivative(x[..., 1])
-                       * self(x[..., 2]) * self(x[..., 3])), C, 2 * self.degree)
+                       * self(x[..., 2]) * self(x[..., 3])), C, 4 * self.degree - 2)
 
 
 def hermite(k: int, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
