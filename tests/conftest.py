@@ -291,25 +291,19 @@ def pytest_collection_modifyitems(config, items):
 # time, one JSON line a file, so that the suite's time can be split into compile work and the
 # rest (`benchmarks/RESULTS.md`, "The test suite").
 _PROFILE = os.environ.get("HEADFLOW_TEST_PROFILE")
-_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-           "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-           "/jax/core/compile/backend_compile_duration": "compile"}
-_spent: dict[str, float] = {}
-
-
-def _on_duration(event: str, seconds: float, **_kwargs) -> None:
-    if event in _EVENTS:
-        _spent[_EVENTS[event]] = _spent.get(_EVENTS[event], 0.0) + seconds
-
 
 if _PROFILE:
-    jax.monitoring.register_event_duration_secs_listener(_on_duration)
+    from headflow.validation import _phases   # the command line's account of JAX's phases
+
+    _phases.listen()
 
     @pytest.fixture(autouse=True, scope="module")
     def _profile_module(request):
-        _spent.clear()
+        before = _phases.jax_seconds()
         start = time.perf_counter()
         yield
-        row = {"file": request.module.__name__, "wall": time.perf_counter() - start, **_spent}
+        spent = {k: v - before[k] for k, v in _phases.jax_seconds().items()
+                 if k in ("trace", "lower", "compile") and v > before[k]}
+        row = {"file": request.module.__name__, "wall": time.perf_counter() - start, **spent}
         with open(_PROFILE, "a") as f:
             f.write(json.dumps(row) + "\n")

@@ -42,11 +42,21 @@ class ODEResult(eqx.Module):
     accuracy: dict = eqx.field(static=True, default_factory=dict)
     model: Any = None
     """The model (its `named` view gives the arrays)."""
-    phases: dict = eqx.field(static=True, default_factory=dict)
-    """Wall seconds of the run's parts: `build` (the model, the start and the nodes, with the
-    pilot runs of `samples = "auto"`), `compile` (tracing and compiling the solve, or loading
-    it), `integrate` (the compiled solve running), `risk` (along the saved states) and
-    `field_error` (the field's error estimate at a few saved states)."""
+    part_s: dict = eqx.field(static=True, default_factory=dict)
+    """Wall seconds of the parts around the solve: `build`, `risk` and `field_error` (see
+    [`phases`][])."""
+
+    @property
+    def phases(self) -> dict[str, float]:
+        """Wall seconds of the run's parts: `build` (the model, the start and the nodes, with
+        the pilot runs of `samples = "auto"`), `compile` (tracing and compiling the solve, or
+        loading it: `compile_s`), `integrate` (the compiled solve running: `run_s`), `risk`
+        (along the saved states) and `field_error` (the field's error estimate at a few saved
+        states)."""
+        p = self.part_s
+        return {**({"build": p["build"]} if "build" in p else {}),
+                "compile": self.compile_s, "integrate": self.run_s,
+                **{k: v for k, v in p.items() if k != "build"}}
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The `ode.npz` arrays (see the README)."""
@@ -271,8 +281,7 @@ def solve_problem(problem: ODEProblem, *, progress: bool = False) -> ODEResult:
                      risk_err=jnp.asarray(err), num_steps=sol.num_steps,
                      num_rejected=sol.num_rejected, compile_s=sol.compile_s, run_s=sol.run_s,
                      accuracy=accuracy, model=p.model,
-                     phases={"compile": sol.compile_s, "integrate": sol.run_s,
-                             "risk": t1 - t0, "field_error": t2 - t1})
+                     part_s={"risk": t1 - t0, "field_error": t2 - t1})
 
 
 def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False) -> ODEResult:
@@ -283,4 +292,4 @@ def run_ode(cfg: Config, ov0: Any = None, times=None, *, progress: bool = False)
     problem = build(cfg, ov0, times)
     built = time.perf_counter() - t0
     res = solve_problem(problem, progress=progress)
-    return dataclasses.replace(res, phases={"build": built, **res.phases})
+    return dataclasses.replace(res, part_s={"build": built, **res.part_s})

@@ -33,7 +33,10 @@ def hermite_coefficients(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], 
                          points: int = POINTS) -> np.ndarray:
     """`(c_0, …, c_order)`, `c_k = E[g(z) He_k(z)] / k!` for `z ~ N(0, 1)`, by the `points`-point
     Gauss–Hermite rule (`g` maps an array of points to their values, elementwise)."""
-    x, w, gx = _on_rule(g, points)
+    return _coefficients(*_on_rule(g, points), order)
+
+
+def _coefficients(x: np.ndarray, w: np.ndarray, gx: np.ndarray, order: int) -> np.ndarray:
     he = np.polynomial.hermite_e.hermevander(x, order)                # (points, order + 1)
     return np.array([float(np.sum(w * gx * he[:, k])) / math.factorial(k)
                      for k in range(order + 1)])
@@ -44,9 +47,9 @@ def information_exponent(g: Callable[[Float[Array, " n"]], Float[Array, " n"]],
     """The smallest `k ≥ 1` whose Hermite coefficient is non-zero: `|c_k| √k!` (its share of
     `g`'s norm) above `rtol` times `√E[(g(z) − c_0)²]` (or `|c_0|`, when larger: a constant's
     other coefficients are round-off). None when no coefficient up to `order` is non-zero."""
-    c = hermite_coefficients(g, order)
+    x, w, gx = _on_rule(g, POINTS)                    # g evaluated once, for both sums
+    c = _coefficients(x, w, gx, order)
     share = np.abs(c) * np.sqrt([math.factorial(k) for k in range(order + 1)])
-    _, w, gx = _on_rule(g, POINTS)
     norm = math.sqrt(max(float(np.sum(w * (gx - c[0]) ** 2)), 0.0))
     scale = max(norm, abs(float(c[0])), np.finfo(np.float64).tiny)   # a constant: round-off
     for k in range(1, order + 1):

@@ -10,10 +10,12 @@ unit of degree `d` has total degree `2d` (`I2`, `I3`), `4d − 2` (`I4`) or `2d 
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from ..expectations import exact_rule
@@ -27,14 +29,22 @@ def gaussian_expectation(f, C: Float[Array, "*batch k k"], degree: int
     ([`headflow.dynamics.expectations.exact_rule`][]). `f` maps the fields `(..., k)` to values
     `(...)`."""
     k = C.shape[-1]
-    rule = exact_rule(k, degree)
-    assert rule is not None, (k, degree)          # the units' integrals stay far below its cap
-    nodes = rule.nodes(k)
+    z, w = _rule(k, degree)
     sym = 0.5 * (C + jnp.swapaxes(C, -1, -2))
     lam, V = jnp.linalg.eigh(sym)
     A = V * jnp.sqrt(jnp.maximum(lam, 0.0))[..., None, :]             # A Aᵀ = C
-    x = jnp.einsum("...ij,nj->...ni", A, nodes.x.astype(C.dtype))     # (..., nodes, k)
-    return jnp.einsum("...n,n->...", f(x), nodes.w.astype(C.dtype))
+    x = jnp.einsum("...ij,nj->...ni", A, jnp.asarray(z, C.dtype))     # (..., nodes, k)
+    return jnp.einsum("...n,n->...", f(x), jnp.asarray(w, C.dtype))
+
+
+@functools.cache
+def _rule(k: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes `(n, k)` and weights `(n,)` of [`exact_rule`][]`(k, degree)`, built once per
+    size and degree (every trace of a field asks for the same few)."""
+    rule = exact_rule(k, degree)
+    assert rule is not None, (k, degree)          # the units' integrals stay far below its cap
+    nodes = rule.nodes(k)
+    return np.asarray(nodes.x), np.asarray(nodes.w)
 
 
 class PolynomialUnit(AbstractUnit):
