@@ -295,15 +295,47 @@ _PROFILE = os.environ.get("HEADFLOW_TEST_PROFILE")
 if _PROFILE:
     from headflow.validation import _phases   # the command line's account of JAX's phases
 
+    import logging
+
     _phases.listen()
+    # JAX's own log lines name each program it traces, lowers, compiles or reads back from the
+    # cache (at DEBUG level unless `jax_log_compiles`): per program, the count and the seconds
+    _PROGRAM_EVENT = re.compile(r"^(?:Finished (tracing|jaxpr to MLIR module conversion|XLA "
+                                r"compilation of) (\S+?)(?: for jit)? in ([0-9.]+) sec"
+                                r"|Persistent compilation cache (hit) for '([^']+)')")
+    _programs: dict[tuple[str, str], list[float]] = {}
+
+    class _ProgramLog(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            m = _PROGRAM_EVENT.match(record.getMessage())
+            if m is None:
+                return
+            if m.group(4):
+                name, phase, secs = m.group(5), "hit", 0.0
+            else:
+                name, secs = m.group(2), float(m.group(3))
+                phase = {"tracing": "trace", "XLA compilation of": "compile"}.get(
+                    m.group(1), "lower")
+            row = _programs.setdefault((name, phase), [0, 0.0])
+            row[0] += 1
+            row[1] += secs
+
+    for _name in ("jax._src.dispatch", "jax._src.compiler"):
+        _logger = logging.getLogger(_name)
+        _logger.setLevel(logging.DEBUG)
+        _logger.addHandler(_ProgramLog())
+        _logger.propagate = False
 
     @pytest.fixture(autouse=True, scope="module")
     def _profile_module(request):
         before = _phases.jax_seconds()
+        _programs.clear()
         start = time.perf_counter()
         yield
         spent = {k: v - before[k] for k, v in _phases.jax_seconds().items()
                  if k in ("trace", "lower", "compile") and v > before[k]}
-        row = {"file": request.module.__name__, "wall": time.perf_counter() - start, **spent}
+        row = {"file": request.module.__name__, "wall": time.perf_counter() - start, **spent,
+               "programs": [[name, phase, n, round(s, 4)]
+                            for (name, phase), (n, s) in sorted(_programs.items())]}
         with open(_PROFILE, "a") as f:
             f.write(json.dumps(row) + "\n")
