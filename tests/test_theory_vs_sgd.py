@@ -1,5 +1,6 @@
 """The quick tier's theory-against-simulation checks, one per model: the attention model, the
-committee machine and the tutorial's user model (phase retrieval, loaded from its file).
+committee machine, the tutorial's user model (phase retrieval, loaded from its file) and a
+spherical single-index model.
 
 For each, exact overlap-space SGD (`sim.space = "overlaps"`, whose cost per step does not depend
 on D) at D = 4000 from random starts, 24 seeds, is compared with the ODE from the D → ∞ start
@@ -36,6 +37,10 @@ CASES = {
                   "model.noise=0.2", "training.lr=0.8", "training.t_max=4"],
     "phase_retrieval": [f'model.kind="{EXAMPLE / "phase_retrieval.py"}:PhaseRetrieval"',
                         "training.lr=0.1", "training.t_max=3"],
+    # a spherical He_1 student under the correlation loss (the projection's drift and step)
+    "spherical_single_index": ['model.kind="single_index"', 'model.activation="he1"',
+                               'model.loss="correlation"', "model.spherical=true",
+                               "model.noise=0.5", "training.lr=1.0", "training.t_max=1.5"],
 }
 
 

@@ -12,6 +12,7 @@ from ._base import ModelBase as ModelBase
 from ._base import ModelWeights as ModelWeights
 from ._base import Readout as Readout
 from ._base import gaussian_rows as gaussian_rows
+from ._base import sphere_rows as sphere_rows
 from ._base import model_class as model_class
 from ._base import model_kinds as model_kinds
 from ._base import register_model as register_model
@@ -38,3 +39,5 @@ from ._sgd import ChainSGD as ChainSGD
 from ._sgd import WeightSGD as WeightSGD
 from ._sgd import family_sgd as family_sgd
 from ._committee import Committee as Committee  # noqa: I001
+from ._single_index import SingleIndex as SingleIndex
+from ._multi_index import MultiIndex as MultiIndex

@@ -139,6 +139,15 @@ class ModelBase(eqx.Module):
         """The scalar parameters SGD moves (default: none)."""
         return ()
 
+    @property
+    def spherical(self) -> bool:
+        """Whether the students live on the sphere `|w_i|² = D` (`Q_ii = 1`), restored after
+        every SGD step by `w_i ← √D w_i/|w_i|` (projected online SGD). The engine makes the
+        projection exact in both simulators and expands it to first order in `1/D` in the
+        increment whose mean and covariance the ODE and SDE use ([`assemble`][]). Default:
+        False (free norms)."""
+        return False
+
     def params0(self) -> dict[str, Array]:
         """The scalar parameters at the start, by name (default: none)."""
         return {}
@@ -155,12 +164,16 @@ class ModelBase(eqx.Module):
     def init_weights(self, key: PRNGKeyArray, dim: int, dtype: Any = jnp.float64
                      ) -> ModelWeights:
         """A random student and teacher at dimension `dim`: `w_i ~ N(0, s² I)`,
-        `w*_n ~ N(0, s*² I)` (the scales of `rows`), and the scalar parameters `params0()`."""
+        `w*_n ~ N(0, s*² I)` (the scales of `rows`; a [`spherical`][] model's students
+        rescaled to `|w_i|² = D`), and the scalar parameters `params0()`."""
         rows = self._rows()
         ks, kt = jr.split(key)
+        students = gaussian_rows(ks, self.n_students, dim, Rows.value(self, rows.student_std),
+                                 dtype)
+        if self.spherical:                  # on the sphere: a uniform direction, |w_i|² = D
+            students = sphere_rows(students)
         return ModelWeights(
-            students=gaussian_rows(ks, self.n_students, dim,
-                                   Rows.value(self, rows.student_std), dtype),
+            students=students,
             teachers=gaussian_rows(kt, self.n_teachers, dim,
                                    Rows.value(self, rows.teacher_std), dtype),
             params=self.params0())
@@ -197,11 +210,11 @@ class ModelBase(eqx.Module):
         return GramState(gram=gram, params=params)
 
     def limit_state(self) -> GramState:
-        """The D → ∞ limit of [`init_weights`][]'s order parameters: `Q = s² I`, `R = 0`,
-        `T = s*² I` (a symmetric start)."""
+        """The D → ∞ limit of [`init_weights`][]'s order parameters: `Q = s² I` (`I` for a
+        [`spherical`][] model), `R = 0`, `T = s*² I` (a symmetric start)."""
         rows = self._rows()
         S, T = self.n_students, self.n_teachers
-        s = Rows.value(self, rows.student_std)
+        s = 1.0 if self.spherical else Rows.value(self, rows.student_std)
         st = Rows.value(self, rows.teacher_std)
         gram = jnp.zeros((S + T, S + T)).at[:S, :S].set(s**2 * jnp.eye(S))
         return GramState(gram=gram.at[S:, S:].set(st**2 * jnp.eye(T)), params=self.params0())
@@ -383,6 +396,11 @@ class ModelBase(eqx.Module):
             raise HeadflowError(f"{what}: parameters {sorted(state.params)}, expected "
                                 f"{sorted(want)}")
         finite = bool(np.all(np.isfinite(gram)))
+        S = self.n_students
+        if finite and self.spherical and not np.allclose(np.diag(gram)[:S], 1.0, rtol=0,
+                                                         atol=tol):
+            raise HeadflowError(f"{what}: the students of a spherical model have Q_ii = 1, "
+                                f"got {np.round(np.diag(gram)[:S], 6).tolist()}")
         lam = float(np.linalg.eigvalsh(0.5 * (gram + gram.T))[0]) if finite else float("nan")
         scale = max(1.0, float(np.max(np.abs(gram)))) if finite else 1.0
         if not np.isfinite(lam) or lam < -tol * scale:
@@ -393,6 +411,13 @@ class ModelBase(eqx.Module):
 def gaussian_rows(key: PRNGKeyArray, n: int, dim: int, std: Any, dtype: Any) -> Array:
     """`n` vectors of dimension `dim` with i.i.d. `N(0, std²)` entries."""
     return std * jr.normal(key, (n, dim), dtype=dtype)
+
+
+def sphere_rows(rows: Float[Array, "n D"]) -> Float[Array, "n D"]:
+    """`rows` rescaled to the sphere `|w|² = D` (the projection of spherical SGD)."""
+    D = rows.shape[-1]
+    norm = jnp.sqrt(jnp.sum(rows.astype(jnp.float64) ** 2, axis=-1, keepdims=True) / D)
+    return (rows / norm).astype(rows.dtype)
 
 
 _REGISTRY: Registry[type[ModelBase]] = Registry("model", "kind")

@@ -2,7 +2,8 @@
 (`docs/committee.md`), in the conventions of Saad & Solla (1995) and Goldt et al. (2019):
 
 - student `φ(x) = Σ_k v_k g(λ_k)`, `λ_k = w_k·x/√D`, K hidden units;
-- teacher `y = Σ_m A_m g(ν_m) + σ ζ`, `ν_m = w*_m·x/√D`, M hidden units;
+- teacher `y = Σ_m A_m g*(ν_m) + σ ζ`, `ν_m = w*_m·x/√D`, M hidden units, of the student's
+  activation `g* = g` unless `teacher_activation` names another;
 - loss `½(φ − y)²`; SGD `w_k ← w_k − (η/√D) v_k g'(λ_k) Δ x` (autodiff of the loss in `λ_k`)
   and, when the second layer is trained, `v_k ← v_k − (η_v/D) g(λ_k) Δ`, with `Δ = φ − y`.
 """
@@ -16,15 +17,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
 from .._layout import Layout
-from ..units import AbstractUnit, get_unit, unit_class
+from ..units import AbstractUnit, PolynomialUnit, student_unit, teacher_unit
 from ._base import Readout, register_model
 from ._model import AbstractModel
 from ._params import Rows, param
 
 
-def _unit(name: str) -> AbstractUnit:
-    unit_class(name)                  # a one-line ConfigError with the list of choices
-    return get_unit(name)
+def polynomial_degree(*units: AbstractUnit) -> int | None:
+    """The largest degree of `units` when every one is a polynomial, else None (the degree that
+    makes a model of these units' expectations exact)."""
+    degrees = [u.degree for u in units if isinstance(u, PolynomialUnit)]
+    return max(degrees) if len(degrees) == len(units) else None
 
 
 @register_model
@@ -45,8 +48,11 @@ class Committee(AbstractModel):
 
     K: int = param(2, ge=1, help="student units")
     M: int = param(2, ge=1, help="teacher units")
-    unit: AbstractUnit = param("erf", key="activation", convert=_unit, static=False,
-                               help="the units' activation")
+    unit: AbstractUnit = param("erf", key="activation", convert=student_unit, static=False,
+                               help="g, the student units' activation")
+    teacher_unit: AbstractUnit | None = param(
+        None, key="teacher_activation", type=str, convert=teacher_unit, static=False,
+        help="g*, the teacher units' activation (default: the student's)")
     noise: Any = param(0.0, ge=0, help="σ, the label noise")
     teacher_second_layer: Float[Array, " M"] | None = param(
         None, type=list, length="M", help="A, the teacher's second layer (default all ones)")
@@ -66,6 +72,11 @@ class Committee(AbstractModel):
         return ("v",) if self.train_second_layer else ()
 
     @property
+    def teacher_g(self) -> AbstractUnit:
+        """`g*`, the teacher's activation (`teacher_activation`, else the student's)."""
+        return self.unit if self.teacher_unit is None else self.teacher_unit
+
+    @property
     def A(self) -> Float[Array, " M"]:
         if self.teacher_second_layer is None:
             return jnp.ones(self.M)
@@ -75,10 +86,15 @@ class Committee(AbstractModel):
         return jnp.sum(params["v"] * self.unit(lam))
 
     def target(self, params: Mapping[str, Array], lam_star: Float[Array, " M"]) -> Scalar:
-        return jnp.sum(params["A"] * self.unit(lam_star))
+        return jnp.sum(params["A"] * self.teacher_g(lam_star))
 
-    def readout(self, params: Mapping[str, Array]) -> Readout:
+    def readout(self, params: Mapping[str, Array]) -> Readout | None:
+        if type(self.teacher_g) is not type(self.unit):
+            return None                 # two activations: no closed forms of one unit
         return Readout(student=params["v"], teacher=params["A"], unit=self.unit, param="v")
+
+    def polynomial_degree(self) -> int | None:
+        return polynomial_degree(self.unit, self.teacher_g)
 
     def params0(self) -> dict[str, Array]:
         return {"v": jnp.full((self.K,), self.init_second, jnp.float64),

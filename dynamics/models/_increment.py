@@ -10,6 +10,13 @@ fields) and the trained scalar parameters by `p ← p − (η_p/D) ∂ℓ/∂p`.
 - `U_{in} = −η G_i λ*_n − ηλ Ω_{in}` (student i, teacher n), `U_{nm} = 0`,
 - `U_p = −η_p ∂ℓ/∂p`.
 
+For a [`spherical`][headflow.dynamics.models.ModelBase.spherical] model, whose students are
+put back on `|w_i|² = D` after every step, the projection `Ω_ab → Ω_ab/√(Q_aa Q_bb)` (over the
+student rows) adds, to first order in `1/D` and with `Q_ii = 1`,
+
+- `U_ab → U_ab − ½ Ω_ab (U_aa + U_bb)` (`U_aa` counted for student rows only), so `U_ii = 0`
+  and `U_in = −η G_i λ*_n + ½ R_in (2η G_i λ_i − η² G_i²)`.
+
 Its mean over the Gaussian fields is the drift of the ODE, its covariance the diffusion of the
 SDE. [`assemble`][] builds `U` (or its mean) from the moments `E[G λᵀ]`, `E[G Gᵀ]` and
 `E[∂ℓ/∂p]`, whether they come from one sample ([`sample_increment`][]) or from closed forms
@@ -43,6 +50,9 @@ def assemble(model: ModelBase, steps: StepSizes, state: GramState,
         ss = ss + (eta**2 / steps.batch) * GG
     st = rows[:, S:]
     d = jnp.zeros_like(om).at[:S, :S].set(ss).at[:S, S:].set(st).at[S:, :S].set(st.T)
+    if model.spherical:
+        u = jnp.zeros(om.shape[-1], om.dtype).at[:S].set(jnp.diagonal(ss))
+        d = d - 0.5 * (u[:, None] + u[None, :]) * om
     dparams = {k: (-steps.lr_bias * gparams[k] if k in model.trained else jnp.zeros_like(v))
                for k, v in state.params.items()}
     return GramState(gram=d, params=dparams)

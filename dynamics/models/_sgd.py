@@ -8,7 +8,9 @@ Both maps draw the fields of a fresh input and differentiate the model's own los
 One step on a batch of B inputs `x_b ~ N(0, I_D)` moves the student rows and the trained
 scalar parameters by
 
-    w ← (1 − ηλ/D) w − (η/(B√D)) Σ_b G_b x_b,      p ← p − (η_p/(BD)) Σ_b ∂ℓ_b/∂p.
+    w ← (1 − ηλ/D) w − (η/(B√D)) Σ_b G_b x_b,      p ← p − (η_p/(BD)) Σ_b ∂ℓ_b/∂p,
+
+and then, for a spherical model, `w_i ← √D w_i/|w_i|`.
 
 In overlap space (`docs/overlap-sgd.md`) the fields of all rows are `λ_b = C c_b` with
 `Ω = C Cᵀ` and `c_b ~ N(0, I_P)`, and `x_b·x_b' = c_b·c_b' + O_bb'` with
@@ -32,7 +34,7 @@ from .._steps import StepSizes
 from .._wishart import as_float64, bartlett, chi_square, psd_factor
 from ..ode._integrate import BLOWUP, bounded
 from ..sharding import gather
-from ._base import GramState, ModelBase, ModelWeights
+from ._base import GramState, ModelBase, ModelWeights, sphere_rows
 from ._increment import sample_gradients
 
 
@@ -100,6 +102,8 @@ def weight_step(model: ModelBase, hp: StepSizes, w: ModelWeights, key: PRNGKeyAr
     G, gp = batch_gradients(model, w.params, lam, xi)
     decay = 1.0 - hp.lr * hp.weight_decay / D
     students = decay * w.students - (hp.lr / (hp.batch * sqrt_d)) * (G.T @ X)
+    if model.spherical:
+        students = sphere_rows(students)
     params = _param_step(model, hp, w.params, gp, D)
     return ModelWeights(students=students.astype(dtype), teachers=w.teachers,
                         params={k: v.astype(w.params[k].dtype) for k, v in params.items()})
@@ -137,6 +141,9 @@ def chain_step(model: ModelBase, hp: StepSizes, dim, cs: ChainState, key: PRNGKe
     ss = (decay**2 * om[:S, :S] - decay * (hp.lr / (B * D)) * (GL[:, :S] + GL[:, :S].T)
           + (hp.lr**2 / (B**2 * D)) * (G.T @ (tokens / D) @ G))
     gram = om.at[:S, :S].set(ss).at[:S, S:].set(rows[:, S:]).at[S:, :S].set(rows[:, S:].T)
+    if model.spherical:                 # w_i ← √D w_i/|w_i|: exact on the Gram matrix
+        scale = jnp.ones(P, gram.dtype).at[:S].set(1.0 / jnp.sqrt(jnp.diagonal(ss)))
+        gram = (gram * scale[:, None] * scale[None, :]).at[jnp.arange(S), jnp.arange(S)].set(1.0)
     params = _param_step(model, hp, st.params, gp, D)
     first = (cs.fail_step < 0) & ~ok
     return ChainState(state=GramState(gram=gram, params=params),

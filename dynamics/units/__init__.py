@@ -11,6 +11,8 @@ place of nodes. The polynomial units ([`PolynomialUnit`][]: the Hermite polynomi
 from ._base import AbstractUnit as AbstractUnit
 from ._base import get_unit as get_unit
 from ._base import register_unit as register_unit
+from ._base import student_unit as student_unit
+from ._base import teacher_unit as teacher_unit
 from ._base import unit_class as unit_class
 from ._base import unit_names as unit_names
 from ._base import unregister_unit as unregister_unit
@@ -25,7 +27,10 @@ from ._polynomial import He4 as He4
 from ._polynomial import Square as Square
 from ._smooth import Tanh as Tanh
 from ._smooth import Abs as Abs
+from ._smooth import Sign as Sign
 from ._polynomial import PolynomialUnit as PolynomialUnit
 from ._polynomial import hermite as hermite
 from ._expansion import hermite_coefficients as hermite_coefficients
 from ._expansion import information_exponent as information_exponent
+from ._expansion import parity as parity
+from ._formula import Formula as Formula

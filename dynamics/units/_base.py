@@ -4,13 +4,14 @@ of `g`, `g'` and the identity that a committee's expectations reduce to."""
 from __future__ import annotations
 
 import abc
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import equinox as eqx
 from jaxtyping import Array, Float
 
 from .._errors import ConfigError
 from .._registry import Registry
+from ._expansion import information_exponent, parity
 
 
 class AbstractUnit(eqx.Module):
@@ -35,10 +36,24 @@ class AbstractUnit(eqx.Module):
     name: eqx.AbstractClassVar[str]
     label: eqx.AbstractClassVar[str]
     exact: eqx.AbstractClassVar[bool]
+    teacher_only: ClassVar[bool] = False
+    """A unit a student cannot learn with, because its derivative vanishes almost everywhere
+    (`sign`): it may be a teacher's activation only."""
 
     @abc.abstractmethod
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         """`g(x)`, elementwise."""
+
+    def information_exponent(self) -> int | None:
+        """The index of the first non-zero Hermite coefficient of `g` beyond the constant
+        ([`headflow.dynamics.units.information_exponent`][], computed from `g` itself)."""
+        return information_exponent(self)
+
+    def parity(self) -> int:
+        """`+1` when `g` is even, `−1` when it is odd, `0` otherwise: `g(−x)` against `g(x)` on
+        the symmetric Gauss–Hermite nodes of the expansion, to round-off. An even unit makes
+        its field's sign flip a symmetry of the model that reads it."""
+        return parity(self)
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         raise NotImplementedError(f"unit {self.name!r} has no closed-form I2")
@@ -84,3 +99,19 @@ def unit_class(name: str) -> type[AbstractUnit]:
 def get_unit(name: str) -> AbstractUnit:
     """An instance of the unit registered under `name` (e.g. `"erf"`)."""
     return unit_class(name)()
+
+
+def student_unit(name: str, key: str = "model.activation") -> AbstractUnit:
+    """The unit of a student's activation: [`get_unit`][], refusing a teacher-only unit in
+    one line that names the config `key`."""
+    cls = _REGISTRY.get(name, lambda msg: ConfigError(f"{key} = {msg}"))
+    if cls.teacher_only:
+        raise ConfigError(f"{key} = {name!r}: a teacher-only unit (its derivative vanishes "
+                          "almost everywhere, so a student's gradient would be zero); use it as "
+                          "the teacher's activation")
+    return cls()
+
+
+def teacher_unit(name: str, key: str = "model.teacher_activation") -> AbstractUnit:
+    """The unit of a teacher's activation (any registered unit), with errors naming `key`."""
+    return _REGISTRY.get(name, lambda msg: ConfigError(f"{key} = {msg}"))()

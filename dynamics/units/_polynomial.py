@@ -43,8 +43,9 @@ def _rule(k: int, degree: int) -> tuple[np.ndarray, np.ndarray]:
     size and degree (every trace of a field asks for the same few)."""
     rule = exact_rule(k, degree)
     assert rule is not None, (k, degree)          # the units' integrals stay far below its cap
-    nodes = rule.nodes(k)
-    return np.asarray(nodes.x), np.asarray(nodes.w)
+    with jax.ensure_compile_time_eval():          # constants, also when first asked in a trace
+        nodes = rule.nodes(k)
+        return np.asarray(nodes.x), np.asarray(nodes.w)
 
 
 class PolynomialUnit(AbstractUnit):

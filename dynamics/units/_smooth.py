@@ -1,5 +1,5 @@
-"""Units without closed-form Gaussian integrals: `tanh` and `abs` (the node backends compute
-their expectations, with their error estimate)."""
+"""Units without closed-form Gaussian integrals: `tanh`, `abs` and the teacher-only `sign` (the
+node backends compute their expectations, with their error estimate)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,17 @@ class Abs(AbstractUnit):
     def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
         # written with `where`, so that autodiff gives g'(0) = 0
         return jnp.where(x > 0, x, jnp.where(x < 0, -x, 0.0))
+
+
+@register_unit
+class Sign(AbstractUnit):
+    """`g(x) = sign(x)` (odd: information exponent 1), for teachers only: its derivative is
+    zero almost everywhere, so a student of sign units would never move."""
+
+    name: ClassVar[str] = "sign"
+    label: ClassVar[str] = "sign"
+    exact: ClassVar[bool] = False
+    teacher_only: ClassVar[bool] = True
+
+    def __call__(self, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+        return jnp.sign(x)
