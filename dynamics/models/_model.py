@@ -46,6 +46,7 @@ class AbstractModel(ModelBase):
       field `noise` when the model declares one, else 0);
     - `params0()`: the scalar parameters at the start (default: none); `trained`: those SGD
       moves (step `η_p/D`, the `[training]` key `lr_bias_key`; default: none);
+    - `spherical`: whether the students are kept on the sphere `|w_i|² = D` (default: False);
     - `symmetries()`: the exact sign flips of the model
       ([`SignFlip`][headflow.dynamics.models.SignFlip]; default: none);
     - `polynomial_degree()`, `loss_degree()`: the degrees that make its expectations exact
