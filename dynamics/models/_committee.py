@@ -17,17 +17,10 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
 from .._layout import Layout
-from ..units import AbstractUnit, PolynomialUnit, student_unit, teacher_unit
+from ..units import AbstractUnit, polynomial_degree, student_unit, teacher_unit
 from ._base import Readout, register_model
 from ._model import AbstractModel
 from ._params import Rows, param
-
-
-def polynomial_degree(*units: AbstractUnit) -> int | None:
-    """The largest degree of `units` when every one is a polynomial, else None (the degree that
-    makes a model of these units' expectations exact)."""
-    degrees = [u.degree for u in units if isinstance(u, PolynomialUnit)]
-    return max(degrees) if len(degrees) == len(units) else None
 
 
 @register_model

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
 from .._layout import Layout
-from ..units import AbstractUnit, Formula, PolynomialUnit, student_unit
+from ..units import AbstractUnit, Formula, polynomial_degree, student_unit
 from ._base import register_model
 from ._model import AbstractModel
 from ._params import Rows, param
@@ -82,7 +82,5 @@ class MultiIndex(AbstractModel):
         return self.teacher(lam_star)
 
     def polynomial_degree(self) -> int | None:
-        f = self.teacher.polynomial_degree()
-        if f is None or not isinstance(self.unit, PolynomialUnit):
-            return None
-        return max(f, self.unit.degree)
+        f, g = self.teacher.polynomial_degree(), polynomial_degree(self.unit)
+        return None if f is None or g is None else max(f, g)

@@ -22,9 +22,8 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Scalar
 
 from .._layout import Layout
-from ..units import AbstractUnit, student_unit, teacher_unit
+from ..units import AbstractUnit, polynomial_degree, student_unit, teacher_unit
 from ._base import Readout, register_model
-from ._committee import polynomial_degree
 from ._model import AbstractModel
 from ._params import Rows, param
 from ._symmetry import AbstractSymmetry, SignFlip

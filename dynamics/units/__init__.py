@@ -30,6 +30,7 @@ from ._smooth import Abs as Abs
 from ._smooth import Sign as Sign
 from ._polynomial import PolynomialUnit as PolynomialUnit
 from ._polynomial import hermite as hermite
+from ._polynomial import polynomial_degree as polynomial_degree
 from ._expansion import hermite_coefficients as hermite_coefficients
 from ._expansion import information_exponent as information_exponent
 from ._expansion import parity as parity

@@ -79,6 +79,14 @@ class PolynomialUnit(AbstractUnit):
                        * self(x[..., 2]) * self(x[..., 3])), C, 4 * self.degree - 2)
 
 
+def polynomial_degree(*units: AbstractUnit) -> int | None:
+    """The largest degree of `units` when every one is a polynomial ([`PolynomialUnit`][]),
+    else None: what a model built of these units declares as its `polynomial_degree()`, so that
+    its expectations are exact."""
+    degrees = [u.degree for u in units if isinstance(u, PolynomialUnit)]
+    return max(degrees) if len(degrees) == len(units) else None
+
+
 def hermite(k: int, x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
     """The probabilists' Hermite polynomial `He_k(x)` (`He_0 = 1`, `He_1 = x`,
     `He_{k+1} = x He_k − k He_{k−1}`): orthogonal under the standard normal law, with
