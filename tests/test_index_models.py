@@ -252,14 +252,16 @@ def test_free_norm_he3_student_shrinks_under_the_square_loss():
 
 def test_sde_and_chain_escape_times_agree():
     """k = 2 from a random start at D = 400: 96 SDE paths against 96 seeds of the overlap
-    chain (and 16 weight-space seeds as the anchor of both), on the KS distance and the spread
-    (`escape_distributions`): the KS verdict between the SDE and the chain is "agree" at this
-    size, and no pair disagrees on anything."""
+    chain, on the KS distance and the spread (`escape_distributions`; the mean escape time is
+    about 2.7, and a run still at the start by `t_max` counts as never escaping): the KS
+    verdict is "agree" at this size, and neither statistic disagrees. (Doubling the SDE's
+    noise, a mutation made and reverted, moves its mean to 1.9 and the KS verdict off
+    "agree".)"""
     cfg = load_config(None, ['model.kind="single_index"', 'model.activation="he2"',
                              'model.loss="correlation"', "model.spherical=true",
-                             "training.lr=0.2", "training.t_max=25", "output.n_save=101",
+                             "training.lr=0.2", "training.t_max=10", "output.n_save=101",
                              "sde.dt=0.05"])
-    dist = escape_distributions(cfg, 400, 96, weight_runs=16)
+    dist = escape_distributions(cfg, 400, 96, weight_runs=0)
     for pair, v in dist["verdicts"].items():
         print(pair, v["ks"]["phrase"], v["spread"]["phrase"])
     print({k: (round(s["mean"], 2), round(s["sem"], 2)) for k, s in dist["stats"].items()})
