@@ -81,8 +81,8 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 
 # XLA's CPU backend without its MLIR fusion emitters (`--xla_cpu_use_fusion_emitters=false`:
 # fusions go through the older LLVM IR emitter): the same programs compile in about a third less
-# time and run no slower (five of the longest files, one run each way: 674 against 465 CPU
-# seconds; `benchmarks/RESULTS.md`, "The test suite"). XLA aborts on a flag it does not know,
+# time; some element-wise programs run slower, but the suite as a whole takes a quarter less
+# CPU time (`benchmarks/RESULTS.md`, "The test suite"). XLA aborts on a flag it does not know,
 # so the controller first asks a child process whether this jaxlib accepts it; the workers, the
 # command lines and the notebook kernels inherit the result through `XLA_FLAGS`.
 _NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"

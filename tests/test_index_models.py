@@ -1,4 +1,5 @@
-"""Single-index models, a teacher activation of its own, and what each unit states about itself.
+"""Single- and multi-index models, a teacher activation of its own, and what each unit states
+about itself.
 
 - Every unit's information exponent and parity, computed from the unit, equal the textbook
   values written here; `sign` is refused as a student's activation in one line.
@@ -215,7 +216,8 @@ def test_formula_values_degrees_and_exponents():
 
 @pytest.mark.parametrize("text", ["__import__('os')", "nu1.real", "he1(nu1, nu2)",
                                   "lambda: 1", "3", "nu0", "x + 1", "nu1**nu2", "[nu1]",
-                                  "nu1 if nu1 else nu2", "nu1 @ nu2", "he1(nu1"])
+                                  "nu1 if nu1 else nu2", "nu1 @ nu2", "he1(nu1",
+                                  "he1 + nu1"])
 def test_formula_refuses_everything_else(text):
     with pytest.raises(ConfigError, match=r"^model.teacher = "):
         load_config(None, ['model.kind="multi_index"', f"model.teacher={text!r}"])

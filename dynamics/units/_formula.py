@@ -45,7 +45,8 @@ class Formula(eqx.Module):
             tree = ast.parse(text.strip(), mode="eval")
         except SyntaxError as err:
             raise ConfigError(f"{where} = {text!r}: not a formula ({err.msg})") from None
-        fields = [_check(node, text, where) for node in ast.walk(tree)]
+        called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        fields = [_check(node, text, where, called) for node in ast.walk(tree)]
         used = [k for k in fields if k]
         if not used:
             raise ConfigError(f"{where} = {text!r}: the formula names no field (nu1, nu2, …)")
@@ -94,8 +95,9 @@ def _tree(text: str) -> ast.Expression:
     return ast.parse(text, mode="eval")
 
 
-def _check(node: ast.AST, text: str, where: str) -> int:
-    """0, or `k` for the field `nuk`; a [`ConfigError`][] for anything not allowed."""
+def _check(node: ast.AST, text: str, where: str, called: set[int]) -> int:
+    """0, or `k` for the field `nuk`; a [`ConfigError`][] for anything not allowed (`called`:
+    the `id`s of the names being called, the only places a unit's name may stand)."""
     def bad(what: str) -> ConfigError:
         return ConfigError(f"{where} = {text!r}: {what} is not allowed; write numbers, the "
                            "fields nu1, nu2, …, + − * / ** and the units "
@@ -105,8 +107,10 @@ def _check(node: ast.AST, text: str, where: str) -> int:
         m = _FIELD.match(node.id)
         if m is not None:
             return int(m.group(1))
-        if node.id in unit_names():
+        if node.id in unit_names() and id(node) in called:
             return 0
+        if node.id in unit_names():
+            raise bad(f"the unit {node.id!r} without its argument")
         raise bad(f"the name {node.id!r}")
     if isinstance(node, ast.Call):
         if (not isinstance(node.func, ast.Name) or node.func.id not in unit_names()
