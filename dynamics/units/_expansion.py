@@ -61,7 +61,7 @@ def information_exponent(g: Callable[[Float[Array, " n"]], Float[Array, " n"]],
 def parity(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], rtol: float = 1e-12) -> int:
     """`+1` when `g` is even, `−1` when odd, `0` otherwise: `g(−x)` against `±g(x)` on the
     symmetric Gauss–Hermite nodes, to `rtol` of `g`'s largest value there."""
-    x, _, gx = _on_rule(g, POINTS)
+    _, _, gx = _on_rule(g, POINTS)
     flipped = gx[::-1]                                 # the nodes are symmetric: x[::-1] = −x
     tol = rtol * max(float(np.max(np.abs(gx))), np.finfo(np.float64).tiny)
     if np.all(np.abs(flipped - gx) <= tol):
