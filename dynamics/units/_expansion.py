@@ -22,11 +22,18 @@ function with a kink (`abs`, ReLU) the coefficients converge slowly in the point
 that vanish by parity are zero to round-off, since the nodes are symmetric."""
 
 
+def normal_rule(points: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(nodes, weights)` of the `points`-point Gauss–Hermite rule of N(0, 1) (weights summing
+    to one; nodes symmetric, `x[::-1] = −x`)."""
+    x, w = np.polynomial.hermite_e.hermegauss(points)
+    return x, w / math.sqrt(2.0 * math.pi)
+
+
 def _on_rule(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], points: int
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`(nodes, weights, g at the nodes)` of the `points`-point Gauss–Hermite rule of N(0, 1)."""
-    x, w = np.polynomial.hermite_e.hermegauss(points)
-    return x, w / math.sqrt(2.0 * math.pi), np.asarray(g(jnp.asarray(x)), dtype=np.float64)
+    """`(nodes, weights, g at the nodes)` of [`normal_rule`][]`(points)`."""
+    x, w = normal_rule(points)
+    return x, w, np.asarray(g(jnp.asarray(x)), dtype=np.float64)
 
 
 def hermite_coefficients(g: Callable[[Float[Array, " n"]], Float[Array, " n"]], order: int = 8,

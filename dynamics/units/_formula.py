@@ -22,7 +22,7 @@ from jaxtyping import Array, Float, Scalar
 
 from .._errors import ConfigError
 from ._base import get_unit, unit_names
-from ._expansion import POINTS
+from ._expansion import POINTS, normal_rule
 from ._polynomial import PolynomialUnit
 
 _FIELD = re.compile(r"^nu([1-9][0-9]*)$")
@@ -68,8 +68,7 @@ class Formula(eqx.Module):
         steps)."""
         M = self.n_fields
         points = POINTS if M == 1 else max(24, order + 8)
-        x, w = np.polynomial.hermite_e.hermegauss(points)
-        w = w / math.sqrt(2.0 * math.pi)
+        x, w = normal_rule(points)
         grids = np.meshgrid(*([x] * M), indexing="ij")
         nodes = np.stack([g.ravel() for g in grids], axis=-1)               # (points^M, M)
         weights = functools.reduce(np.multiply.outer, [w] * M).ravel()
