@@ -64,11 +64,6 @@ class MultiIndex(AbstractModel):
         return self.teacher.n_fields
 
     @property
-    def sigma(self) -> Any:
-        """σ (the field `noise`)."""
-        return self.noise
-
-    @property
     def trained(self) -> tuple[str, ...]:
         return ("v",) if self.train_second_layer else ()
 

@@ -59,11 +59,6 @@ class SingleIndex(AbstractModel):
     init_second: Any = param(1.0, section="training", help="a, at the start")
 
     @property
-    def sigma(self) -> Any:
-        """σ (the field `noise`)."""
-        return self.noise
-
-    @property
     def teacher_g(self) -> AbstractUnit:
         """`g*`, the teacher's activation (`teacher_activation`, else the student's)."""
         return self.unit if self.teacher_unit is None else self.teacher_unit
