@@ -144,9 +144,11 @@ def test_escape_runs_the_committee(tmp_path, capsys):
         assert summary["escape_mean"][i] == pytest.approx(times[i][escaped[i]].mean())
     lo, hi = summary["slope_ci"]
     assert math.isfinite(summary["slope_measured"]) and lo < summary["slope_measured"] < hi
-    assert np.isfinite(sde).all() and np.isfinite(ext).all()
+    assert np.isfinite(sde).all() and np.isfinite(ext).sum() >= 3
     assert summary["slope_sde"] is not None and summary["slope_sde_all"] > 0
-    assert np.mean(ext) > np.mean(sde[1]) > np.mean(sde[0])
+    # medians with a path that did not escape by t_max counted at +inf
+    med = [float(np.median(np.where(np.isnan(x), np.inf, x))) for x in (sde[0], sde[1], ext)]
+    assert med[2] > med[1] > med[0], med
     assert summary["paths_sde"] == 4
     assert lines[0].startswith("escape slope in ln D: measured ")
     print(f"committee escape: SGD means {summary['escape_mean']}, slope "
@@ -179,8 +181,6 @@ def test_scaling_runs_the_committee(tmp_path, capsys):
 
 @pytest.mark.parametrize("command,extra,needle", [
     ("phases", ["--set", "model.K=1"], "model.K = 1: phases need at least 2 student units"),
-    ("escape", ["--dims", "400,800", "--set", "model.K=1"],
-     "model.K = 1: escape times need at least 2 student units"),
     ("phases", ["--engine-field"], "--engine-field: "),
     ("escape", ["--dims", "400,800", "--engine-field"], "--engine-field: chooses the nodes"),
     ("escape", ["--dims", "3,800"], "dimension 3: sim.dim = 3: sim.space = 'overlaps' needs"),

@@ -27,6 +27,7 @@ from jaxtyping import Array, Float, PRNGKeyArray, Scalar
 from .._errors import ConfigError, HeadflowError
 from .._layout import Layout
 from .._registry import Registry
+from .._wishart import bartlett, chi_square
 from ..measures import best_alignment, head_spread
 from ..units import AbstractUnit
 from ._loading import load_code_model, load_plugin, plugin_entry_points, split_kind
@@ -328,8 +329,34 @@ class ModelBase(eqx.Module):
         return self.n_students + self.n_teachers
 
     def initial_state(self, key: PRNGKeyArray, dim: int) -> GramState:
-        """The order parameters of one random initialization at `dim` (exact finite-D law)."""
-        return self.init_weights(key, dim, jnp.float64).state()
+        """The order parameters of one random initialization at `dim`, exactly in the law of
+        those of [`init_weights`][].
+
+        For the default [`init_weights`][] (independent Gaussian rows) they are drawn without
+        the weights, at a cost that does not depend on D: the Gram matrix over D of `P`
+        independent standard Gaussian rows is `L Lᵀ/D`, `L` the Bartlett factor of a Wishart
+        matrix (`L_ii² ~ χ²_{D−i}`, standard normals below the diagonal), scaled by the rows'
+        standard deviations; a [`spherical`][] student's row and column are then divided by
+        its norm, which is what rescaling its weights to `|w|² = D` does to them. A model that
+        overrides [`init_weights`][] (and any `dim ≤ P`) gets the Gram matrix of its weights."""
+        P = self.n_rows
+        if type(self).init_weights is not ModelBase.init_weights or dim < P + 1:
+            return self.init_weights(key, dim, jnp.float64).state()
+        rows, S = self._rows(), self.n_students
+        std = jnp.concatenate([
+            jnp.broadcast_to(jnp.asarray(Rows.value(self, rows.student_std), jnp.float64), (S,)),
+            jnp.broadcast_to(jnp.asarray(Rows.value(self, rows.teacher_std), jnp.float64),
+                             (P - S,))])
+        kc, kn = jr.split(key)
+        D = jnp.asarray(dim, jnp.float64)
+        L = bartlett(chi_square(kc, D - jnp.arange(P, dtype=jnp.float64)),
+                     jr.normal(kn, (P * (P - 1) // 2,), jnp.float64))
+        gram = std[:, None] * (L @ L.T) / D * std[None, :]
+        if self.spherical:                  # |w_i|² = D: the student rows over their norms
+            scale = jnp.where(jnp.arange(P) < S, 1.0 / jnp.sqrt(jnp.diag(gram)), 1.0)
+            gram = scale[:, None] * gram * scale[None, :]
+        return GramState(gram=gram, params={k: jnp.asarray(v, jnp.float64)
+                                            for k, v in self.params0().items()})
 
     def check(self) -> None:
         """One-line [`ConfigError`][]s for a model whose declarations do not fit together:
