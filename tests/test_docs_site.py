@@ -3,12 +3,19 @@ modules: every module or package of `headflow.dynamics`, `headflow.sims`,
 `headflow.validation.experiments` and `headflow.validation.gpt2` whose name has no leading
 underscore is rendered by a `::: module` line, so a module added without its reference fails
 here. (`.ci/run` builds the site itself with
-`mkdocs build --strict`, which fails on an unresolved cross-reference or a page left out.)"""
+`mkdocs build --strict`, which fails on an unresolved cross-reference or a page left out.) Every
+notebook is in the site's navigation, and the outputs stored in a notebook (which its page
+shows) are still those of its code cells."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+import nbformat
+import pytest
+
+from headflow.validation.notebooks import code_hash, stale, strip
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,3 +72,30 @@ def test_site_config_points_at_the_reference_and_notebooks():
     for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
         assert f"notebooks/{notebook.name}" in config, notebook.name
     assert (ROOT / "docs" / "notebooks").resolve() == (ROOT / "notebooks").resolve()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_stored_notebook_outputs_are_those_of_its_code(path):
+    """A notebook's stored outputs (what its page on the site shows) were made by `headflow
+    notebooks` at full size from exactly its present code cells: a code change after them
+    fails here until the notebook is run again (or stripped)."""
+    nb = nbformat.read(path, as_version=4)
+    assert stale(nb) is None, f"{path.name}: {stale(nb)}"
+
+
+def test_stale_outputs_are_caught():
+    """The stamp against a notebook whose outputs were made, then whose code changed."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('SIZE = "full"', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("print(1)")]
+    assert stale(nb) is None                                    # no outputs: nothing to be stale
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1\n")]
+    assert "no headflow stamp" in stale(nb)
+    nb.metadata["headflow"] = {"size": "full", "code_sha256": code_hash(nb)}
+    assert stale(nb) is None
+    nb.cells[1].source = "print(2)"
+    assert "changed after the outputs" in stale(nb)
+    nb.metadata["headflow"] = {"size": "ci", "code_sha256": code_hash(nb)}
+    assert "not 'full'" in stale(nb)
+    assert stale(strip(nb)) is None and "headflow" not in nb.metadata

@@ -1,9 +1,11 @@
 """Every notebook in `notebooks/` runs top to bottom at `SIZE = "ci"` and ends with its verdict.
 
-Conventions (checked here): the committed notebook has no outputs; its first code cell is
-tagged `parameters` (papermill style) and sets `SIZE`; the test replaces that cell's source with
-`SIZE = "ci"` and executes the notebook with nbclient in the `notebooks/` folder; the last line
-printed by the last cell is `verdict: <claim>: <reproduced|not reproduced>: <numbers>`.
+Conventions (checked here): the first code cell is tagged `parameters` (papermill style) and
+sets `SIZE`; the test strips the stored outputs (those of `headflow notebooks` at full size,
+which the documentation site shows; `tests/test_docs_site.py` checks that they are still those
+of the code), replaces that cell's source with `SIZE = "ci"` and executes the notebook with
+nbclient in the `notebooks/` folder; the last line printed by the last cell is
+`verdict: <claim>: <reproduced|not reproduced>: <numbers>`.
 
 Every verdict line a notebook prints is checked against `tests/notebook_verdicts.toml`, which
 names each claim and the verdict it comes out with at `SIZE = "ci"`: the claims known not to
@@ -29,21 +31,12 @@ import pytest
 from nbclient import NotebookClient
 
 from headflow.validation._cache import cache_root, jax_cache_options
+from headflow.validation.notebooks import parameters_cell, strip
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 VERDICT = re.compile(r"^verdict: [^:]+: (reproduced|not reproduced): .+$")
 CLAIM = re.compile(r"^verdict: (.+?): (reproduced|not reproduced): ", re.M)
 EXPECTED = tomllib.loads((Path(__file__).with_name("notebook_verdicts.toml")).read_text())
-
-
-def _parameters_cell(nb) -> int:
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            assert "parameters" in cell.metadata.get("tags", []), \
-                "the first code cell must be tagged `parameters`"
-            assert re.search(r"^SIZE = ", cell.source, re.M), "the parameters cell sets SIZE"
-            return i
-    raise AssertionError("no code cell")
 
 
 def _printed(cell) -> str:
@@ -70,12 +63,8 @@ def _kernel_env(monkeypatch):
 @pytest.mark.usefixtures("_kernel_env")
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs_and_states_its_verdict(path):
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not cell.get("outputs") and cell.get("execution_count") is None, \
-                "commit notebooks without outputs"
-    i = _parameters_cell(nb)
+    nb = strip(nbformat.read(path, as_version=4))
+    i = parameters_cell(nb)
     nb.cells[i].source = 'SIZE = "ci"'
     NotebookClient(nb, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()

@@ -43,6 +43,7 @@ _COMMAND_MODULES = (
     "headflow.validation.commands.schedule",
     "headflow.validation.commands.fit",
     "headflow.validation.commands.models",
+    "headflow.validation.commands.notebooks",
     "headflow.validation.commands.gpt2",   # not validation.gpt2.cli: importing it imports
                                            # validation.gpt2
 )
