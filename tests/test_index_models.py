@@ -38,6 +38,7 @@ from headflow.dynamics.models import Committee, GramState, SignFlip, SingleIndex
 from headflow.dynamics.ode import run_ode
 from headflow.dynamics.units import Formula, get_unit, unit_names
 from headflow.validation.experiments.escape import escape_distributions
+from headflow.validation.experiments.index_laws import at_dim, equator_rate, power_fit
 
 TEXTBOOK = {"erf": (1, -1), "relu": (1, 0), "linear": (1, -1), "he1": (1, -1),
             "he2": (2, 1), "he3": (3, -1), "he4": (4, 1), "square": (2, 1), "tanh": (1, -1),
@@ -270,3 +271,68 @@ def test_sde_and_chain_escape_times_agree():
     assert dist["verdicts"]["sde_vs_overlaps"]["ks"]["word"] == "agree"
     assert "disagree" not in {v[w]["word"] for v in dist["verdicts"].values()
                               for w in ("ks", "spread")}
+
+
+@pytest.mark.parametrize("unit,loss,eta", [("he2", "correlation", 0.2), ("square", "square", 0.08),
+                                           ("he2", "correlation", 0.7)])
+def test_equator_rate_is_the_linear_stability_of_r0(unit, loss, eta):
+    """`Λ = ∂(dR/dt)/∂R` at `R = 0` on the sphere, from the model's drift, against the closed
+    forms written here: `He_2` under the correlation loss, `4η − 4η²` (`k·k! = 4`,
+    `E[G²] = 8`); phase retrieval `ŷ = λ²`, `y = ν²` under the square loss, where
+    `E[Gν] = 2(E[λ³ν] − E[λν³]) = 0` and the growth is the projection's `η R E[Gλ]` with
+    `E[Gλ] = 2(E[λ⁴] − E[λ²ν²]) = 4`, less `(η²/2) E[G²]` with
+    `E[G²] = 4(E[λ⁶] − 2E[λ⁴ν²] + E[λ²ν⁴]) = 4(15 − 6 + 3) = 48`."""
+    cfg = load_config(None, ['model.kind="single_index"', f'model.activation="{unit}"',
+                             f'model.loss="{loss}"', "model.spherical=true",
+                             f"training.lr={eta}"])
+    want = 4 * eta - 4 * eta**2 if unit == "he2" else 4 * eta - 24 * eta**2
+    assert equator_rate(cfg) == pytest.approx(want, rel=1e-6)
+
+
+def test_escape_law_fits_and_scaled_settings():
+    """`at_dim` scales the step size and the time window from the first D; `power_fit` reads
+    the exponent of synthetic escape times `t = 3 D^a` with a D-free log-normal spread."""
+    cfg = load_config(None, ['model.kind="single_index"', "training.lr=0.1",
+                             "training.t_max=10", "sde.dt=0.05"])
+    c = at_dim(cfg, 400, 100, lr_power=0.5, time_power=1.0)
+    assert (c.sim.dim, c.training.lr, c.training.t_max, c.sde.dt) == \
+        (400, pytest.approx(0.05), pytest.approx(40.0), pytest.approx(0.2))
+    rng = np.random.default_rng(0)
+    dims = np.array([100, 1000, 10000])
+    for a in (0.0, 1.0, 2.0):
+        t = 3.0 * dims[:, None] ** a * np.exp(0.3 * rng.standard_normal((3, 200)))
+        fit = power_fit(dims, t)
+        assert fit["ci"][0] < a < fit["ci"][1] and fit["ci"][1] - fit["ci"][0] < 0.1
+
+
+@pytest.mark.parametrize("overrides", [
+    ['model.kind="committee"', "model.K=2", "model.M=1", "training.init_first_std=0.7"],
+    ['model.kind="single_index"', "model.spherical=true"],
+])
+def test_initial_state_without_weights_has_the_law_of_the_weights(overrides):
+    """`initial_state` draws the Gram matrix from the Wishart law (a cost free of D) instead of
+    from the weights: at D = 12, 4000 draws of each way agree entry by entry (KS), and their
+    moments are the closed forms `E[Ω_ij] = δ_ij s_i²`, `Var[Ω_ij] = (1 + δ_ij) s_i² s_j²/D`
+    (the non-spherical committee; on the sphere `Q = 1` exactly)."""
+    import jax
+    from scipy.stats import ks_2samp
+
+    model = load_config(None, overrides).build_model()
+    D, n = 12, 4000
+    keys = jax.random.split(jax.random.key(3), n)
+    fast = np.asarray(jax.vmap(lambda k: model.initial_state(k, D).gram)(keys))
+    slow = np.asarray(jax.vmap(lambda k: model.init_weights(k, D).state().gram)(keys))
+    P = model.n_rows
+    for i in range(P):
+        for j in range(i, P):
+            a, b = fast[:, i, j], slow[:, i, j]
+            if np.ptp(b) < 1e-9:                     # Q on the sphere
+                np.testing.assert_allclose(a, b, rtol=1e-12)
+                continue
+            assert ks_2samp(a, b).pvalue > 1e-3, (i, j)
+    if not model.spherical:
+        s = np.array([0.7, 0.7, 1.0])
+        mean, var = fast.mean(0), fast.var(0)
+        np.testing.assert_allclose(mean, np.diag(s**2), atol=5 * np.sqrt(2 / (D * n)))
+        want = np.outer(s**2, s**2) * (1 + np.eye(P)) / D
+        np.testing.assert_allclose(var, want, rtol=0.1)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
-from headflow.validation.verdicts import (AGREE, DISAGREE, NOT_RESOLVED, ks_distance, mean_gap,
-                                          overall, spread_gap, verdict)
+from headflow.validation.verdicts import (AGREE, DISAGREE, NOT_RESOLVED, interval_verdict,
+                                          ks_distance, mean_gap, overall, spread_gap, verdict)
 
 TOL = {mean_gap: 0.5, spread_gap: math.log(1.25), ks_distance: 0.2}
 
@@ -147,3 +147,23 @@ def test_one_run_is_not_resolved_and_overall_word():
     assert overall([NOT_RESOLVED, DISAGREE, AGREE]) == DISAGREE
     with pytest.raises(ValueError):
         verdict(np.ones(3), np.ones(3), ks_distance, tolerance=0.0)
+
+
+@pytest.mark.parametrize("ci,word", [
+    ((0.70, 0.85), AGREE),             # inside value ± tolerance = [0.6, 1.0]
+    ((0.61, 0.99), AGREE),             # just inside both edges
+    ((0.55, 0.85), NOT_RESOLVED),      # straddles the lower edge
+    ((0.30, 1.30), NOT_RESOLVED),      # wider than the tolerance on both sides
+    ((1.05, 1.20), DISAGREE),          # wholly above
+    ((0.10, 0.59), DISAGREE),          # wholly below
+])
+def test_interval_verdict(ci, word):
+    """A measured interval against a predicted 0.8 with tolerance 0.2."""
+    assert interval_verdict(ci, 0.8, 0.2) == word
+
+
+def test_interval_verdict_refuses_nonsense():
+    with pytest.raises(ValueError):
+        interval_verdict((0.0, 1.0), 0.5, 0.0)
+    with pytest.raises(ValueError):
+        interval_verdict((1.0, 0.0), 0.5, 0.1)

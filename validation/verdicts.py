@@ -181,6 +181,22 @@ def overall(words: Sequence[str]) -> str:
     return AGREE if all(w == AGREE for w in words) else NOT_RESOLVED
 
 
+def interval_verdict(ci: Sequence[float], value: float, tolerance: float) -> str:
+    """A measured quantity, given by its confidence interval `ci = (lo, hi)`, against a
+    predicted `value`: agree when the whole interval lies within `tolerance` of `value`,
+    disagree when none of it does, not resolved when it straddles an edge of the tolerance
+    (more runs narrow it)."""
+    lo, hi = float(ci[0]), float(ci[1])
+    if not tolerance > 0 or not lo <= hi:
+        raise ValueError(f"interval_verdict: needs tolerance > 0 and lo <= hi, got "
+                         f"{tolerance!r}, {ci!r}")
+    if value - tolerance <= lo and hi <= value + tolerance:
+        return AGREE
+    if hi < value - tolerance or lo > value + tolerance:
+        return DISAGREE
+    return NOT_RESOLVED
+
+
 # -- discrepancies (batched: run axis 1) --------------------------------------------------
 
 def _flat(x: np.ndarray) -> np.ndarray:

@@ -103,7 +103,8 @@ def run(args) -> dict:
     from ..plots.phases import plot_escape
 
     cfg = config_from_args(args, seeds="sim.seeds", t_max="training.t_max", paths="sde.paths")
-    require_units(cfg, "escape times need")
+    if cfg.model_kind == "attention":   # the head spread needs two heads; a single student of
+        require_units(cfg, "escape times need")   # the family escapes by its alignment
     reason = linear_theory_reason(cfg)
     if reason is not None:
         for flag, given in (("--n-times", args.n_times is not None),

@@ -53,10 +53,10 @@ from headflow.dynamics.measures import (
                                         )
 from headflow.dynamics.models.attention import ManifoldField, symmetric_start
 from headflow.dynamics.ode import BLOWUP, Integrator, backend_of, build_field, model_arrays
-from headflow.dynamics.sde import run_sde
+from headflow.dynamics.sde import SDEResult, run_sde
 from headflow.sims import simulate_states
 
-from ..verdicts import ks_distance, overall, spread_gap, verdict
+from ..verdicts import Verdict, ks_distance, overall, spread_gap, verdict
 from ._constants import EXTRAPOLATE as EXTRAPOLATE  # light: shown by `--help`
 from ._fit import linear_fit
 from .compare import SPREAD_TOLERANCE, escapes_of
@@ -201,12 +201,20 @@ def sgd_escape_times(cfg: Config, dims, seeds: int, *, t_max: float | None = Non
 def _sgd_observable(cfg: Config, D: int, seed_list: list[int], times: np.ndarray,
                     progress: bool) -> tuple[np.ndarray, np.ndarray]:
     """`(t, x)`: the times and the model's escape observable `(seeds, T)` of SGD at D over
-    `seed_list` (the risk is not recorded: the escape does not need it)."""
+    `seed_list`."""
+    t, arrays = sgd_arrays(cfg, D, seed_list, times, progress=progress)
+    return t, np.asarray(cfg.build_model().escape_observable(arrays))
+
+
+def sgd_arrays(cfg: Config, D: int, seed_list: list[int], times: np.ndarray, *,
+               progress: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """`(t, arrays)`: the times and the named order parameters `(seeds, T, ...)` of SGD at D
+    over `seed_list`, each seed from its random start (the risk is not recorded: the escape
+    does not need it)."""
     model = cfg.build_model()
     steps, states = simulate_states(model, cfg, dim=D, seeds=seed_list, times=times,
                                     start=None, progress=progress)
-    x = np.asarray(model.escape_observable(model_arrays(model, states)))
-    return np.asarray(steps) / D, x
+    return np.asarray(steps) / D, model_arrays(model, states)
 
 
 def fit_slope(dims, times: np.ndarray, level: float = 0.95) -> dict:
@@ -302,6 +310,24 @@ class SDEEscapes:
     wall_s: float
 
 
+def bounded_sde(cfg: Config, D: int, paths: int, *, progress: bool = False) -> SDEResult:
+    """`paths` SDE paths of `cfg` at D ([`headflow.dynamics.sde.run_sde`][]).
+
+    **Raises:** [`headflow.dynamics.DivergenceError`][] when any path diverges (NaN/inf or
+    overlaps above the blow-up level), as `headflow sde` does; paths that only left the PSD
+    cone are kept."""
+    res = run_sde(cfg, dim=D, paths=int(paths), progress=progress)
+    bounded = res.paths_bounded
+    if not bounded.all():
+        bad = np.flatnonzero(~bounded)
+        first = np.asarray(res.first_invalid)[bad]
+        raise DivergenceError(
+            f"{len(bad)} of {len(bounded)} SDE paths at D = {D} diverged (NaN/inf or "
+            f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g}, path "
+            f"{int(bad[0])}); try a smaller sde.dt (now {cfg.sde.dt:g}) or training.lr")
+    return res
+
+
 def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE_THRESHOLD,
                      progress: bool = False) -> SDEEscapes:
     """Run `paths` paths of the overlaps' SDE at each D of `dims` to `training.t_max` (on the
@@ -318,15 +344,7 @@ def sde_escape_times(cfg: Config, dims, paths: int, *, threshold: float = ESCAPE
     out = np.full((len(dims), int(paths)), np.nan)
     invalid, info, t0 = [], {}, time.perf_counter()
     for i, D in enumerate(dims):
-        res = run_sde(cfg, dim=D, paths=int(paths), progress=progress)
-        bounded = res.paths_bounded
-        if not bounded.all():
-            bad = np.flatnonzero(~bounded)
-            first = np.asarray(res.first_invalid)[bad]
-            raise DivergenceError(
-                f"{len(bad)} of {len(bounded)} SDE paths at D = {D} diverged (NaN/inf or "
-                f"overlaps above {BLOWUP:.0e}; first at t = {np.nanmin(first):.4g}, path "
-                f"{int(bad[0])}); try a smaller sde.dt (now {cfg.sde.dt:g}) or training.lr")
+        res = bounded_sde(cfg, D, int(paths), progress=progress)
         esc = escapes_of(np.asarray(res.t), res.arrays(), model.layout, threshold=threshold,
                          observable=model.escape_observable)
         out[i] = [np.nan if c is None else c for c in esc]
@@ -577,6 +595,17 @@ KS_TOLERANCE = 0.3
 [`escape_distributions`][]."""
 
 
+def law_verdicts(a: np.ndarray, b: np.ndarray) -> dict[str, Verdict]:
+    """Two ensembles' escape-time laws compared (`a`, `b`: escape times, NaN where censored):
+    `ks`, the Kolmogorov–Smirnov distance with a censored run at `+∞` (tolerance
+    [`KS_TOLERANCE`][]), and `spread`, that of the runs that escaped (tolerance
+    [`headflow.validation.experiments.compare.SPREAD_TOLERANCE`][], as for `compare`)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return {"ks": verdict(a, b, ks_distance, tolerance=KS_TOLERANCE),
+            "spread": verdict(a[np.isfinite(a)], b[np.isfinite(b)], spread_gap,
+                              tolerance=SPREAD_TOLERANCE)}
+
+
 def escape_distributions(cfg: Config, dim: int, runs: int, *,
                          weight_runs: int | None = None, threshold: float = ESCAPE_THRESHOLD,
                          progress: bool = False) -> dict:
@@ -618,12 +647,9 @@ def escape_distributions(cfg: Config, dim: int, runs: int, *,
     for a, b in (("sde", "weights"), ("sde", "overlaps"), ("weights", "overlaps")):
         if a not in times or b not in times:
             continue
-        ea, eb = times[a], times[b]
-        ks = verdict(ea, eb, ks_distance, tolerance=KS_TOLERANCE)
-        sp = verdict(ea[np.isfinite(ea)], eb[np.isfinite(eb)], spread_gap,
-                     tolerance=SPREAD_TOLERANCE)
-        verdicts[f"{a}_vs_{b}"] = {"ks": ks.to_dict(), "spread": sp.to_dict()}
-        words += [ks.word, sp.word]
+        pair = law_verdicts(times[a], times[b])
+        verdicts[f"{a}_vs_{b}"] = {k: v.to_dict() for k, v in pair.items()}
+        words += [v.word for v in pair.values()]
     return {"dim": int(dim), "runs": {k: n for k, n in counts.items() if k in times},
             "times": times, "stats": {k: escape_stats(v) for k, v in times.items()},
             "verdicts": verdicts, "overall": overall(words)}
