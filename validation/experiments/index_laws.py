@@ -67,8 +67,9 @@ class EscapeLaw:
         return fit_slope(self.dims, self.times)
 
     def power_fit(self, *, sign: int = 0) -> dict:
-        """The exponent of `t_esc ∝ D^a` ([`power_fit`][]); `sign = ±1` keeps only the runs
-        whose initial overlap has that sign."""
+        """The exponent of `t_esc ∝ D^a`
+        ([`power_fit`][headflow.validation.experiments.index_laws.power_fit]); `sign = ±1`
+        keeps only the runs whose initial overlap has that sign."""
         keep = np.ones_like(self.times, bool) if sign == 0 else np.sign(self.start) == sign
         return power_fit(self.dims, np.where(keep, self.times, np.nan))
 
@@ -126,7 +127,7 @@ def escape_law(cfg: Config, dims, runs: int, *, method: str = "sde", lr_power: f
 def power_fit(dims, times: np.ndarray, level: float = 0.95) -> dict:
     """The exponent `a` of `t_esc ∝ D^a`: ordinary least squares of `ln t_esc` on `ln D` over
     every finite entry of `times (len(dims), runs)`
-    ([`headflow.validation.experiments._fit.linear_fit`][]), with its Student-t interval."""
+    (the fit behind every slope the experiments report), with its Student-t interval."""
     x = np.repeat(np.log(np.asarray(dims, dtype=np.float64)), np.shape(times)[1])
     y = np.asarray(times, dtype=np.float64).ravel()
     ok = np.isfinite(y) & (y > 0)
