@@ -350,3 +350,43 @@ def _numbers(obj):
             yield from _numbers(v)
     elif isinstance(obj, float):
         yield obj
+
+
+# -- headflow notebooks ---------------------------------------------------------------------
+
+def _notebook(path: Path, body: str) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('SIZE = "full"  # or "ci"',
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell(body)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_notebooks_command_stores_stamped_outputs_and_leaves_failures(tmp_path, capsys):
+    """`headflow notebooks` runs a notebook at the size asked for, stores its outputs with a
+    stamp that `stale` accepts and the parameters cell as committed; a notebook whose cell
+    fails is left byte for byte as it was (one line, exit 2), and an unknown name is refused
+    before anything runs."""
+    import nbformat
+
+    from headflow.validation.notebooks import stale
+
+    _notebook(tmp_path / "good.ipynb", 'print(f"verdict: size: reproduced: {SIZE}")')
+    _notebook(tmp_path / "bad.ipynb", 'raise ValueError("no such luck")')
+    before = (tmp_path / "bad.ipynb").read_bytes()
+    assert main(["notebooks", "nope", "--dir", str(tmp_path)]) == 2
+    _one_line_error(capsys, "no notebook 'nope'")
+    assert main(["notebooks", "bad", "--dir", str(tmp_path)]) == 2
+    _one_line_error(capsys, "bad: a cell failed (ValueError: no such luck)")
+    assert (tmp_path / "bad.ipynb").read_bytes() == before
+    assert main(["notebooks", "good", "--dir", str(tmp_path)]) == 0
+    assert "verdict: size: reproduced: full" in capsys.readouterr().out
+    nb = nbformat.read(tmp_path / "good.ipynb", as_version=4)
+    assert stale(nb) is None and nb.metadata["headflow"]["size"] == "full"
+    assert nb.cells[0].source == 'SIZE = "full"  # or "ci"' and not nb.cells[0].outputs
+    assert "reproduced: full" in nb.cells[1].outputs[0]["text"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.ipynb", "good.ipynb"]
