@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-from tqdm.auto import tqdm
 
 from headflow.dynamics import HeadflowError, check_stop
 from headflow.dynamics.models import AbstractSGD
@@ -73,8 +72,11 @@ def run_segments(segment: Segment, carry: Any, data: Any, steps_at: np.ndarray, 
     T = len(steps_at)
     starts, counts = segment_plan(steps_at, segments)
     n_seg, seg = starts.shape
-    bar = (tqdm(total=int(steps_at[-1]), unit="step", desc=f"{desc} D={dim} x{seeds}",
-                file=sys.stderr, leave=False) if progress else None)
+    bar = None
+    if progress:         # imported here: tqdm.auto warns in a notebook kernel without widgets
+        from tqdm.auto import tqdm
+        bar = tqdm(total=int(steps_at[-1]), unit="step", desc=f"{desc} D={dim} x{seeds}",
+                   file=sys.stderr, leave=False)
     recorded = []
     try:
         for i in range(n_seg):
