@@ -43,20 +43,18 @@ def run(args) -> dict:
         raise ConfigError(f"--timeout {args.timeout}: must be >= 1")
     try:
         import ipykernel  # noqa: F401
-        import nbclient  # noqa: F401
-        import nbformat  # noqa: F401
+        import nbformat
+        from nbclient.exceptions import CellExecutionError
     except ImportError as err:
         raise ConfigError(f"notebooks: {err.name} is not installed (pip install "
                           "'headflow[test]')") from None
-    import nbformat as nbf
-    from nbclient.exceptions import CellExecutionError
 
     from ..notebooks import execute, parameters_cell, write
 
     names = list(args.names) or list(have)
     for n in names:
         try:
-            parameters_cell(nbf.read(have[n], as_version=4))
+            parameters_cell(nbformat.read(have[n], as_version=4))
         except ValueError as err:
             raise ConfigError(f"{have[n]}: {err}") from None
     done = {}

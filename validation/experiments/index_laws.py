@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import jax.random as jr
 import numpy as np
 
 from headflow.dynamics import Config, ConfigError
@@ -144,7 +143,7 @@ def equator_rate(cfg: Config) -> float:
         raise ConfigError("equator_rate: for one student and one teacher (got "
                           f"{model.n_students} and {model.n_teachers})")
     field = build_field(cfg, model)
-    base = model.with_named(model.initial_state(jr.key(0), 8), {"Q": [[1.0]], "T": [[1.0]]})
+    base = model.with_named(model.limit_state(), {"Q": [[1.0]], "T": [[1.0]]})
     rates = [float(model.named(field(0.0, model.with_named(base, {"R": [[h]]})))["R"][0, 0])
              for h in (EQUATOR_STEP, -EQUATOR_STEP)]
     return (rates[0] - rates[1]) / (2 * EQUATOR_STEP)
