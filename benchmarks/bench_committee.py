@@ -1,12 +1,17 @@
 """Benchmark of the committee machine's ODE. Prints three ratios measured in one run, and the
 floor of the first two:
 
-(a) `headflow sweep` of a grid of (η, σ) points (default 8 × 8 = 64; K = 4, M = 2, erf, to
-    t = 1000), end to end in a fresh process, against the same points integrated one after the
-    other by a lean closed-form numpy + `scipy.integrate.solve_ivp` code
-    (`_scipy_committee.py`, no headflow code), also end to end in a fresh process, at the same
-    tolerances (rtol 1e-6, atol 1e-8); the final ε_g of both, and of a DOP853 run at rtol 1e-11,
-    are compared (target: sweep ≥ 5× faster);
+(a) `headflow sweep` of square grids of (η, σ) points (`--sides 8,16,32`: 64, 256 and 1024
+    points; K = 4, M = 2, erf, to t = 1000), end to end in a fresh process, against the same
+    points integrated one after the other by a lean closed-form numpy +
+    `scipy.integrate.solve_ivp` code (`_scipy_committee.py`, no headflow code), also end to end
+    in a fresh process, at the same tolerances (rtol 1e-6, atol 1e-8) (target: sweep ≥ 20×
+    faster). Beside each it prints the sweep's cost a point against its flop limit: the
+    right-hand-side evaluations its points made (6 a tsit5 step, from the steps the sweep
+    records), times the flops of one evaluation (XLA's count), over the machine's float64 peak
+    (a dense matrix product timed in the same run) (target: within 5×). The final ε_g of both,
+    and of a DOP853 run at rtol 1e-11 on every `--check-every`-th point of the last grid, are
+    compared;
 (b) one `headflow ode` run end to end (fresh process, start-up included) against one SciPy run
     end to end (fresh process) (target: within 3×); the warm run computes (the results cache
     does not replay it), only its compiled programs come from the cache;
@@ -20,13 +25,14 @@ and runs one jitted diffrax solve of a one-line ODE with its compiled program ca
 SciPy run is the best ratio (b) can reach, and the SciPy loop over the floor the best (a) can.
 
 Each `headflow` command runs twice: with an empty compilation cache ("cold") and again with the
-cache it left ("warm"). Usage: `python benchmarks/bench_committee.py [--n-lr 8] [--n-noise 8]
+cache it left ("warm"). Usage: `python benchmarks/bench_committee.py [--sides 8,16,32]
 [--sgd-t 20] [--skip-sgd] [--check-every 8]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -67,14 +73,66 @@ def _run(cmd: list[str], env: dict) -> tuple[float, str]:
     return wall, p.stdout
 
 
+_PEAK_N = 2048
+
+
+def _peak_flops() -> float:
+    """The machine's float64 peak, as a dense `_PEAK_N`² matrix product reaches it (FLOP/s,
+    best of 5, compiled first)."""
+    import jax
+    import jax.numpy as jnp
+
+    a = jnp.asarray(np.random.default_rng(0).normal(size=(_PEAK_N, _PEAK_N)))
+    mm = jax.jit(jnp.matmul)
+    mm(a, a).block_until_ready()
+    best = np.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        mm(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * _PEAK_N**3 / best
+
+
+def _transcendental_s() -> float:
+    """Seconds per float64 `arcsin` (the costliest transcendental of the erf integrals) on a
+    long vector, best of 5."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.linspace(-0.9, 0.9, 1 << 20)
+    f = jax.jit(jnp.arcsin)
+    f(x).block_until_ready()
+    best = np.inf
+    for _ in range(5):
+        t0 = time.perf_counter()
+        f(x).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return best / x.size
+
+
+def _rhs_cost(cfg, prob, batch: int = 256) -> tuple[float, float]:
+    """The flops and transcendental functions of one evaluation of the sweep's right-hand
+    side, counted by XLA on the vectorized field of `batch` points (per point)."""
+    import jax
+    import jax.numpy as jnp
+
+    field = prob.field
+    ys = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch, *jnp.shape(x))), prob.start)
+    cost = jax.jit(jax.vmap(lambda y: field(0.0, y))).lower(ys).compile().cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return cost["flops"] / batch, cost.get("transcendentals", 0.0) / batch
+
+
 def _headflow(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "headflow.validation", *args]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n-lr", type=int, default=8)
-    p.add_argument("--n-noise", type=int, default=8)
+    p.add_argument("--sides", type=lambda v: [int(x) for x in v.split(",")],
+                   default=[8, 16, 32],
+                   help="grid sides of (a): side × side points each (default 8,16,32: 64, 256 "
+                   "and 1024 points)")
     p.add_argument("--sgd-t", type=float, default=20.0)
     p.add_argument("--sgd-dim", type=int, default=10000)
     p.add_argument("--skip-sgd", action="store_true")
@@ -96,10 +154,6 @@ def main() -> None:
     cfg_path.write_text(CONFIG)
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "HEADFLOW_CACHE_DIR": str(work / "cache")}
-    lrs = np.round(np.linspace(0.2, 1.6, args.n_lr), 4).tolist()
-    noises = np.round(np.linspace(0.0, 0.5, args.n_noise), 4).tolist()
-    n = len(lrs) * len(noises)
-
     # the start every run shares ([ode] init = "random" at sim.dim, seed 0)
     cfg = d.load_config(str(cfg_path), [])
     prob = build(cfg)
@@ -107,36 +161,65 @@ def main() -> None:
     start = work / "start.npz"
     np.savez(start, **named)
 
-    # (a) the sweep against the SciPy loop
-    grid = ["--grid", "training.lr=" + ",".join(map(str, lrs)),
-            "--grid", "model.noise=" + ",".join(map(str, noises))]
-    sweep_s = {}
-    for run in ("cold", "warm"):
-        out = work / f"sweep_{run}"
-        sweep_s[run], _ = _run(_headflow(["sweep", str(cfg_path), *grid, "--out", str(out)]),
-                               env)
-    risk = np.load(work / "sweep_warm" / "sweep.npz")["risk"][:, -1]
-    scipy_out = work / "scipy.npz"
-    scipy_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
-                       "--lr", *map(str, lrs), "--noise", *map(str, noises),
-                       "--out", str(scipy_out)], env)
-    ref = np.load(scipy_out)["eps"]
-    # the accuracy of both against a tight DOP853 run, on every `--check-every`-th point
+    # (a) the sweep against the SciPy loop, at every grid size
+    rhs_flops, rhs_trans = _rhs_cost(cfg, prob)
+    peak, trans_s = _peak_flops(), _transcendental_s()
+    print(f"config: K = 4, M = 2, erf, t = 1000, rtol 1e-6, atol 1e-8; one right-hand side "
+          f"{rhs_flops:.3g} flops and {rhs_trans:.3g} transcendentals (XLA's count, batched); "
+          f"float64 peak of this machine {peak / 1e9:.1f} GFLOP/s (dense {_PEAK_N}² matrix "
+          f"product, best of 5); one float64 arcsin {1e9 * trans_s:.1f} ns "
+          f"({trans_s * peak:.0f} flops at that peak)", flush=True)
+    for side in args.sides:
+        lrs = np.round(np.linspace(0.2, 1.6, side), 4).tolist()
+        noises = np.round(np.linspace(0.0, 0.5, side), 4).tolist()
+        n = side * side
+        grid = ["--grid", "training.lr=" + ",".join(map(str, lrs)),
+                "--grid", "model.noise=" + ",".join(map(str, noises))]
+        sweep_s = {}
+        env_a = {**env, "HEADFLOW_CACHE_DIR": str(work / f"cache_{n}")}
+        for run in ("cold", "warm"):
+            out = work / f"sweep_{n}_{run}"
+            sweep_s[run], _ = _run(_headflow(["sweep", str(cfg_path), *grid, "--out", str(out)]),
+                                   env_a)
+        warm = work / f"sweep_{n}_warm"
+        data = np.load(warm / "sweep.npz")
+        risk, steps = data["risk"][:, -1], data["steps"]
+        solve_s = json.loads((warm / "meta.json").read_text())["wall_s"]["sweep"]
+        scipy_out = work / f"scipy_{n}.npz"
+        scipy_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
+                           "--lr", *map(str, lrs), "--noise", *map(str, noises),
+                           "--out", str(scipy_out)], env)
+        ref = np.load(scipy_out)["eps"]
+        # tsit5 (FSAL) evaluates the right-hand side 6 times a step, accepted or rejected
+        evals = 6 * steps.mean() + 1
+        limit = evals * rhs_flops / peak
+        # the same with each transcendental at the measured cost of an arcsin
+        limit_t = evals * (rhs_flops / peak + rhs_trans * trans_s)
+        print(f"(a) {n} points: headflow sweep end to end {sweep_s['cold']:.1f} s cold, "
+              f"{sweep_s['warm']:.1f} s warm ({1e3 * sweep_s['warm'] / n:.1f} ms a point; the "
+              f"vectorized solve {1e3 * solve_s / n:.1f} ms a point); {n} SciPy runs end to end "
+              f"{scipy_s:.1f} s ({1e3 * scipy_s / n:.1f} ms a point); ratio SciPy/sweep "
+              f"{scipy_s / sweep_s['cold']:.2f} cold, {scipy_s / sweep_s['warm']:.2f} warm "
+              "(target ≥ 20)", flush=True)
+        print(f"    steps a point: mean {steps.mean():.0f}, largest {steps.max()} (the group "
+              f"advances in lockstep: {steps.max() / steps.mean():.2f}× the mean); flop limit "
+              f"{1e3 * limit:.2f} ms a point ({1e3 * limit_t:.2f} ms with each transcendental "
+              f"at an arcsin's cost); the sweep's solve / limit {solve_s / n / limit:.1f} "
+              f"({solve_s / n / limit_t:.1f}), end to end warm / limit "
+              f"{sweep_s['warm'] / n / limit:.1f} ({sweep_s['warm'] / n / limit_t:.1f}) "
+              "(target ≤ 5)", flush=True)
+        print(f"    final ε_g: sweep vs SciPy max |Δ| {np.max(np.abs(risk - ref)):.2e} "
+              f"(ε_g from {ref.min():.3g} to {ref.max():.3g})", flush=True)
+    # the accuracy of both against a tight DOP853 run, on every `--check-every`-th point of
+    # the last grid
     pts = [(lr, s) for lr in lrs for s in noises][::args.check_every]
     idx = np.arange(n)[::args.check_every]
     tight = np.array([sc.integrate(named["Q"], named["R"], named["T"], named["v"], named["A"],
                                    lr=lr, noise=s, t_max=1000.0, rtol=1e-11, atol=1e-13,
                                    method="DOP853")[0] for lr, s in pts])
-    print(f"config: K = 4, M = 2, erf, t = 1000, {n} points (η {lrs[0]}..{lrs[-1]}, "
-          f"σ {noises[0]}..{noises[-1]}), rtol 1e-6, atol 1e-8", flush=True)
-    print(f"final ε_g: sweep vs SciPy max |Δ| {np.max(np.abs(risk - ref)):.2e} over {n} points "
-          f"(ε_g from {ref.min():.3g} to {ref.max():.3g}); vs DOP853 at rtol 1e-11 on "
-          f"{len(idx)} points: sweep {np.max(np.abs(risk[idx] - tight)):.2e}, SciPy "
-          f"{np.max(np.abs(ref[idx] - tight)):.2e}", flush=True)
-    print(f"(a) headflow sweep, {n} points, end to end: {sweep_s['cold']:.1f} s cold cache, "
-          f"{sweep_s['warm']:.1f} s warm; {n} SciPy runs end to end {scipy_s:.1f} s; ratio "
-          f"SciPy/sweep {scipy_s / sweep_s['cold']:.2f} cold, {scipy_s / sweep_s['warm']:.2f} "
-          "warm (target ≥ 5)", flush=True)
+    print(f"final ε_g against DOP853 at rtol 1e-11 on {len(idx)} points: sweep "
+          f"{np.max(np.abs(risk[idx] - tight)):.2e}, SciPy {np.max(np.abs(ref[idx] - tight)):.2e}",
+          flush=True)
 
     # (b) one run each, fresh processes
     # The warm run reads the config from a copy with a comment appended: the results cache

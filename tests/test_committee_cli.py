@@ -190,8 +190,9 @@ DOES_NOT_APPLY = {"activations": [], "prune": [], "bayes": []}
 
 
 def test_sweep_runs_the_committee(tmp_path, capsys):
-    """`sweep` over (η, σ): one vmapped ODE per point, each point's risk equal to a separate
-    `ode` run of the same config (the same exact field and integrator)."""
+    """`sweep` over (η, σ): one vmapped ODE per point (the starts drawn in one vectorized
+    call), each point's risk and solver step count equal to a separate `ode` run of the same
+    config (the same start, exact field and integrator)."""
     from headflow.dynamics.ode import run_ode
 
     config = _config(tmp_path)
@@ -202,9 +203,11 @@ def test_sweep_runs_the_committee(tmp_path, capsys):
     assert summary["shape"] == [2, 2] and summary["status"] == ["ok"] * 4
     with np.load(out / "sweep.npz") as z:
         assert z["Q"].shape == (4, 6, 2, 2) and z["R"].shape == (4, 6, 2, 2)
-        risk = z["risk"]
+        risk, steps = z["risk"], z["steps"]
     cfg = load_config(config, ["training.lr=0.5", "model.noise=0.2"])
-    np.testing.assert_allclose(risk[3], run_ode(cfg).risk, rtol=1e-6)
+    alone = run_ode(cfg)
+    np.testing.assert_allclose(risk[3], alone.risk, rtol=1e-6)
+    assert steps[3] == alone.num_steps and len(set(steps.tolist())) > 1
 
 
 def test_compare_runs_the_committee(tmp_path, capsys):

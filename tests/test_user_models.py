@@ -290,6 +290,42 @@ class TanhIndex(AbstractModel):
         return jnp.tanh(nu[0])
 
 
+class CountedIndex(TanhIndex):
+    """`TanhIndex` recording the noise of every model whose predictor is traced."""
+
+    kind: ClassVar[str] = "counted_index_test"
+    traces: ClassVar[list] = []
+
+    def predict(self, params, lam):
+        type(self).traces.append(self.noise)
+        return jnp.tanh(lam[0])
+
+
+class BrokenIndex(TanhIndex):
+    kind: ClassVar[str] = "broken_index_test"
+
+    def predict(self, params, lam):
+        return jnp.tanh(lam)                        # not a scalar
+
+
+def test_model_checks_are_remembered_by_value():
+    """A model's declarations are checked once per value in a process: configs that differ in
+    their training keys only (the points of a grid) do not check their equal models again, a
+    model with another value is checked, and a failing check raises every time."""
+    CountedIndex.traces.clear()
+    CountedIndex(noise=0.25).check()
+    once = len(CountedIndex.traces)                 # predict, and the loss through it
+    assert once > 0
+    for _ in range(2):
+        CountedIndex(noise=0.25).check()
+    CountedIndex(noise=0.5).check()
+    CountedIndex(noise=0.25).check()
+    assert CountedIndex.traces == [0.25] * once + [0.5] * once
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="predict must return a scalar"):
+            BrokenIndex().check()
+
+
 def test_noise_rule_exact_or_sized_by_kurtosis(PR):
     """The diffusion's nodes: the exact Gauss–Hermite rule of the covariance's degree for the
     polynomial model; otherwise Monte Carlo nodes sized from the increments' kurtosis (checked

@@ -15,7 +15,7 @@ from jaxtyping import Array, Float, PyTree
 from .._linalg import psd_sqrt
 from .._steps import StepSizes
 from ..expectations import AbstractExpectation, AbstractNodes, Quadrature, exact_rule
-from ..models._base import GramState, ModelBase
+from ..models._base import GramState, ModelBase, by_value
 from ..models._increment import assemble, exact_moments, sample_increment
 from ._base import AbstractField
 from ._nodes import MAX_GROUP, Group, product_group, row_group, unit_permutations
@@ -131,6 +131,7 @@ class ExactField(AbstractField):
         return rhs, jax.tree.map(jnp.zeros_like, rhs)
 
 
+@by_value
 def has_closed_field(model: ModelBase) -> bool:
     """Whether [`ExactField`][] (closed-form integrals of a readout's unit) applies to
     `model`."""
@@ -151,6 +152,7 @@ def exact_backend(model: ModelBase, what: str = "drift") -> Quadrature | None:
     return exact_rule(model_dims(model), degree)
 
 
+@by_value
 def has_exact_field(model: ModelBase) -> bool:
     """Whether `[ode] expectation = "exact"` applies to `model`: closed forms
     ([`has_closed_field`][]) or an exact Gauss–Hermite rule ([`exact_backend`][])."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, TypeVar
 
 import equinox as eqx
@@ -34,6 +34,44 @@ from ._loading import load_code_model, load_plugin, plugin_entry_points, split_k
 from ._params import (Hyperparameter, Rows, config_key, describe, from_tables, model_field,
                       model_table, params_of, training_table)
 from ._symmetry import AbstractSymmetry
+
+
+def _value_key(model: Any) -> Any:
+    """A hashable stand-in for a model's value (its class, tree structure and leaves), or None
+    when a leaf is an array or a tracer (no identity by value to rely on)."""
+    leaves, treedef = jax.tree.flatten(model)
+    if not all(type(x) in (bool, int, float, str) for x in leaves):
+        return None
+    try:
+        key = (type(model), treedef, tuple(leaves))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_R = TypeVar("_R")
+
+
+def by_value(fn: Callable[[Any], _R]) -> Callable[[Any], _R]:
+    """`fn(model)` remembered by the model's value: for host-side questions about a model
+    (its checks, whether it has closed forms) that configs ask again for every copy, such as
+    the points of a grid. A model with array leaves is not remembered; an exception is not
+    either (it is raised again)."""
+    cache: dict = {}
+
+    @functools.wraps(fn)
+    def wrapped(model: Any) -> _R:
+        key = _value_key(model)
+        if key is None:
+            return fn(model)
+        if key not in cache:
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[key] = fn(model)
+        return cache[key]
+
+    return wrapped
 
 
 class GramState(eqx.Module):
@@ -217,8 +255,9 @@ class ModelBase(eqx.Module):
         S, T = self.n_students, self.n_teachers
         s = 1.0 if self.spherical else Rows.value(self, rows.student_std)
         st = Rows.value(self, rows.teacher_std)
-        gram = jnp.zeros((S + T, S + T)).at[:S, :S].set(s**2 * jnp.eye(S))
-        return GramState(gram=gram.at[S:, S:].set(st**2 * jnp.eye(T)), params=self.params0())
+        # one diagonal, not a chain of scatters: configs build this start for every check
+        return GramState(gram=jnp.diag(jnp.asarray([s**2] * S + [st**2] * T)),
+                         params=self.params0())
 
     # -- derived from the fields: the config tables -------------------------------------------
     @classmethod
@@ -363,7 +402,14 @@ class ModelBase(eqx.Module):
         `rows` naming no field or giving no student or no teacher, a start that is not a Gram
         matrix, degrees that are not integers, symmetries that are not [`SignFlip`][]s of its
         rows, or `predict`, `target` or `loss` that fail on fields of the declared sizes or do
-        not return a scalar (checked by shape, without computing)."""
+        not return a scalar (checked by shape, without computing).
+
+        The checks depend on the model's value only, so a model equal to one checked before in
+        this process (a grid of configs differing in their training keys) is not checked
+        again."""
+        _checked(self)
+
+    def _check(self) -> None:
         name = type(self).__name__
 
         def user(what: str, call: Any) -> Any:
@@ -486,3 +532,8 @@ def model_class(kind: str) -> type[ModelBase]:
     raise ConfigError(f"model.kind = {kind!r}: unknown model; choose one of "
                       f"{', '.join(map(repr, model_kinds()))}, or name your own as "
                       "'file.py:ClassName' or 'package.module:ClassName'")
+
+
+@by_value
+def _checked(model: ModelBase) -> None:
+    model._check()

@@ -33,6 +33,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._steps import StepSizes
+from ..units._tables import grid, pair_index, pairs, sub
 from ._base import GramState, ModelBase
 
 
@@ -80,15 +81,6 @@ def sample_increment(model: ModelBase, steps: StepSizes, state: GramState,
                     gp, sgd_noise=sgd_noise)
 
 
-def _sub(C: Float[Array, "P P"], idx: np.ndarray) -> Array:
-    """The covariances `C[idx_i, idx_j]` of index tuples `idx (..., n)`: `(..., n, n)`."""
-    return C[idx[..., :, None], idx[..., None, :]]
-
-
-def _grid(*ranges: int) -> np.ndarray:
-    return np.stack(np.meshgrid(*[np.arange(r) for r in ranges], indexing="ij"), axis=-1)
-
-
 def exact_moments(model: ModelBase, state: GramState, *, sgd_noise: bool = True
                   ) -> tuple[Array, Array, dict[str, Array]]:
     """`(E[G λᵀ], E[G Gᵀ], E[∂ℓ/∂p])` in closed form for a model with a [`Readout`][]
@@ -108,17 +100,20 @@ def exact_moments(model: ModelBase, state: GramState, *, sgd_noise: bool = True
     C = state.gram
     w = jnp.concatenate([ro.student, -ro.teacher])
     c = ro.student
-    i3 = ro.unit.i3(_sub(C, _grid(S, P, P)))                       # (S, P, P)
+    i3 = ro.unit.i3_table(C, S)                                    # (S, P, P)
     GL = c[:, None] * jnp.einsum("ija,a->ij", i3, w)
     if sgd_noise:
-        i4 = ro.unit.i4(_sub(C, _grid(S, S, P, P)))                # (S, S, P, P)
-        j2 = ro.unit.j2(_sub(C, _grid(S, S)))
-        GG = (c[:, None] * c[None, :]) * (jnp.einsum("ikab,a,b->ik", i4, w, w)
-                                         + model.noise**2 * j2)
+        # I4(i, k, a, b) and J2(i, k) are symmetric in (i, k) and I4 in (a, b): each is
+        # evaluated once per unordered pair, and an off-diagonal (a, b) counts twice
+        ab, pos = pairs(P), pair_index(S)
+        i4 = ro.unit.i4_pairs(C, S)                                # (S(S+1)/2, P(P+1)/2)
+        wab = w[ab[:, 0]] * w[ab[:, 1]] * np.where(ab[:, 0] == ab[:, 1], 1.0, 2.0)
+        j2 = ro.unit.j2(sub(C, pairs(S)))
+        GG = (c[:, None] * c[None, :]) * (i4 @ wab + model.noise**2 * j2)[pos]
     else:
         GG = jnp.zeros((S, S), C.dtype)
     gparams = {k: jnp.zeros_like(v) for k, v in state.params.items()}
     if ro.param is not None:
-        i2 = ro.unit.i2(_sub(C, _grid(S, P)))                      # (S, P)
+        i2 = ro.unit.i2(sub(C, grid(S, P)))                        # (S, P)
         gparams[ro.param] = i2 @ w
     return GL, GG, gparams

@@ -12,7 +12,7 @@ from .._linalg import psd_sqrt
 from ..expectations import AbstractNodes, exact_rule
 from ..units import AbstractUnit
 from ._base import GramState, ModelBase
-from ._increment import _grid, _sub
+from ..units._tables import grid, sub
 
 
 def exact_risk_nodes(model: ModelBase) -> AbstractNodes | None:
@@ -41,7 +41,7 @@ def model_risk(model: ModelBase, state: GramState, nodes: AbstractNodes | None =
         ro = model.readout(state.params)
         assert ro is not None
         w = jnp.concatenate([ro.student, -ro.teacher])
-        i2 = ro.unit.i2(_sub(state.gram, _grid(model.n_rows, model.n_rows)))
+        i2 = ro.unit.i2(sub(state.gram, grid(model.n_rows, model.n_rows)))
         return 0.5 * w @ i2 @ w, jnp.zeros((), state.gram.dtype)
     nodes = exact_risk_nodes(model) or nodes
     if nodes is None:

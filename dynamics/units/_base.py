@@ -12,6 +12,7 @@ from jaxtyping import Array, Float
 from .._errors import ConfigError
 from .._registry import Registry
 from ._expansion import information_exponent, parity
+from ._tables import grid, pair_quadruples, sub
 
 
 class AbstractUnit(eqx.Module):
@@ -66,6 +67,21 @@ class AbstractUnit(eqx.Module):
 
     def j2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         raise NotImplementedError(f"unit {self.name!r} has no closed-form J2")
+
+    def i3_table(self, C: Float[Array, "P P"], S: int) -> Float[Array, "S P P"]:
+        """`I3(i, j, a)` for every student field `i < S` and all fields `j`, `a`, from the
+        Gram matrix `C` of all of them. The default applies `i3` to each 3×3 covariance; a
+        unit may override it to compute the factors that depend on fewer indices once."""
+        P = C.shape[-1]
+        return self.i3(sub(C, grid(S, P, P)))
+
+    def i4_pairs(self, C: Float[Array, "P P"], S: int) -> Float[Array, "SS PP"]:
+        """`I4(i, k, a, b)`, symmetric in `(i, k)` and in `(a, b)`, once for every unordered
+        pair `{i, k}` of student fields (`i ≤ k < S`) and `{a, b}` of all fields, both in
+        row-major order: `(S(S+1)/2, P(P+1)/2)`. The default applies `i4` to each 4×4
+        covariance; a unit may override it to compute the factors that depend on fewer indices
+        once."""
+        return self.i4(sub(C, pair_quadruples(S, C.shape[-1])))
 
 
 _REGISTRY: Registry[type[AbstractUnit]] = Registry("unit activation", "name")

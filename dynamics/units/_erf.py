@@ -9,6 +9,7 @@ import jax.scipy.special as jss
 from jaxtyping import Array, Float
 
 from ._base import AbstractUnit, register_unit
+from ._tables import pairs
 
 
 @register_unit
@@ -56,3 +57,31 @@ class Erf(AbstractUnit):
         lam2 = (lam4 * (1.0 + c[3][3]) - c[1][3] ** 2 * a0 - c[0][3] ** 2 * a1
                 + 2.0 * c[0][1] * c[0][3] * c[1][3])
         return (4.0 / jnp.pi**2) * jnp.arcsin(lam0 / jnp.sqrt(lam1 * lam2)) / jnp.sqrt(lam4)
+
+    def i3_table(self, C: Float[Array, "P P"], S: int) -> Float[Array, "S P P"]:
+        # the square root depends on (i, a) only: S·P roots, not S·P²
+        d = 1.0 + jnp.diagonal(C)
+        Ci, ai = C[:S], d[:S, None, None]
+        root = jnp.sqrt(ai[:, :, 0] * d[None, :] - Ci**2)[:, None, :]     # (S, 1, P)
+        num = C[None, :, :] * ai - Ci[:, :, None] * Ci[:, None, :]
+        return (2.0 / jnp.pi) * num / (ai * root)
+
+    def i4_pairs(self, C: Float[Array, "P P"], S: int) -> Float[Array, "SS PP"]:
+        # Λ4 depends on {i, k} and Λ1 on ({i, k}, a) only: their roots are taken once each.
+        # The argument of the arcsine is formed for every (a, b) by broadcasting (no gathers),
+        # and the arcsine only for the pairs a ≤ b.
+        d = 1.0 + jnp.diagonal(C)
+        P = C.shape[-1]
+        ik, ab = pairs(S), pairs(P)
+        i, k = ik[:, 0], ik[:, 1]
+        a0, a1, cik = d[i][:, None], d[k][:, None], C[i, k][:, None]       # (pairs, 1)
+        ci, ck = C[i], C[k]                                                # (pairs, P)
+        lam4 = a0 * a1 - cik**2
+        lam1 = lam4 * d[None, :] - ck**2 * a0 - ci**2 * a1 + 2.0 * cik * ci * ck
+        r1 = 1.0 / jnp.sqrt(lam1)
+        a0, a1, cik, lam4_ = a0[..., None], a1[..., None], cik[..., None], lam4[..., None]
+        cia, cib, cka, ckb = ci[:, :, None], ci[:, None, :], ck[:, :, None], ck[:, None, :]
+        lam0 = (lam4_ * C[None] - cka * ckb * a0 - cia * cib * a1
+                + cik * (cia * ckb + cib * cka))
+        x = (lam0 * r1[:, :, None] * r1[:, None, :]).reshape(len(ik), P * P)
+        return (4.0 / jnp.pi**2) * jnp.arcsin(x[:, ab[:, 0] * P + ab[:, 1]]) / jnp.sqrt(lam4)

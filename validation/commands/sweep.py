@@ -46,8 +46,6 @@ def run(args) -> dict:
     from .._rundir import run_dir
     from ..experiments.phase_diagram import class_names, classify
     from ..experiments.sweep import STATUS, parse_grid, run_sweep
-    from ..plots.phases import plot_phase_diagram, plot_sweep
-
     cfg = config_from_args(args)
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
@@ -62,7 +60,7 @@ def run(args) -> dict:
         final = res.risk[:, -1]
         rd.save_npz("sweep.npz", {
             "t": res.t, "risk": res.risk, "status": res.status, "phase": classes,
-            "escape_time": escape,
+            "escape_time": escape, "steps": res.steps,
             **{f"axis_{i}": _axis_array(v) for i, (_, v) in enumerate(axes)}, **res.arrays})
         points = [{"overrides": p, "status": STATUS[int(s)], "phase": c,
                    "final_risk": _num(r), "escape_time": _num(e)}
@@ -74,19 +72,27 @@ def run(args) -> dict:
                    "status": [STATUS[int(s)] for s in res.status]}
         write_json(rd.path("sweep.json"), {**summary, "grid": points})
         numeric = [(k, v) for k, v in axes if _numeric(v)]
-        if len(numeric) == len(axes):
-            plot_sweep(rd.path("sweep.png"), axes, final, label="risk at t_max")
-            if len(axes) >= 2:
-                (k1, v1), (k2, v2) = axes[:2]
-                shape = res.shape
-                cls = classes.reshape(shape).reshape(len(v1), len(v2), -1)[..., 0]
-                esc = escape.reshape(shape).reshape(len(v1), len(v2), -1)[..., 0]
-                plot_phase_diagram(rd.path("phase_diagram.png"), k1, v1, k2, v2, cls, esc,
-                                   title=f"{describe_model(cfg)}, D = "
-                                   f"{cfg.sim.dim}, phase at t = {cfg.training.t_max:g}")
+        with rd.timed("figures"):
+            if len(numeric) == len(axes):
+                _figures(rd, cfg, axes, res, final, classes, escape)
     counts = {name: class_names(classes).count(name) for name in sorted(set(class_names(classes)))}
     print(f"sweep: {len(points)} points; phases {counts}")
     return {**summary, "out": str(out)}
+
+
+def _figures(rd, cfg, axes, res, final, classes, escape) -> None:
+    """The risk at `t_max` over the grid and, for two or more axes, the phase diagram of the
+    first two."""
+    from ..plots.phases import plot_phase_diagram, plot_sweep
+
+    plot_sweep(rd.path("sweep.png"), axes, final, label="risk at t_max")
+    if len(axes) >= 2:
+        (k1, v1), (k2, v2) = axes[:2]
+        cls = classes.reshape(res.shape).reshape(len(v1), len(v2), -1)[..., 0]
+        esc = escape.reshape(res.shape).reshape(len(v1), len(v2), -1)[..., 0]
+        plot_phase_diagram(rd.path("phase_diagram.png"), k1, v1, k2, v2, cls, esc,
+                           title=f"{describe_model(cfg)}, D = {cfg.sim.dim}, phase at t = "
+                           f"{cfg.training.t_max:g}")
 
 
 def _axis_array(values) -> np.ndarray:

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from headflow.dynamics import Config, ConfigError
-from headflow.dynamics.measures import ESCAPE_THRESHOLD
+from headflow.dynamics.measures import ESCAPE_THRESHOLD, alignment
 from headflow.dynamics.ode import build_field
 
 from ._fit import linear_fit
@@ -92,15 +94,27 @@ def escape_law(cfg: Config, dims, runs: int, *, method: str = "sde", lr_power: f
                time_power: float = 0.0, threshold: float = ESCAPE_THRESHOLD) -> EscapeLaw:
     """The escape time of `runs` SDE paths (`method = "sde"`) or SGD seeds (`"weights"`,
     `"overlaps"`) at every D of `dims`, each from its own random start at D, with the settings
-    of [`at_dim`][] (the first D is the reference)."""
+    of [`at_dim`][] (the first D is the reference): the crossing of `threshold` by the model's
+    `escape_observable`."""
+    return escape_laws(cfg, dims, runs, [cfg.build_model().escape_observable], method=method,
+                       lr_power=lr_power, time_power=time_power, threshold=threshold)[0]
+
+
+def escape_laws(cfg: Config, dims, runs: int, observables: Sequence[Callable], *,
+                method: str = "sde", lr_power: float = 0.0, time_power: float = 0.0,
+                threshold: float = ESCAPE_THRESHOLD) -> list[EscapeLaw]:
+    """[`escape_law`][] for several observables of the same runs (each a function of the named
+    order parameters, as a model's `escape_observable`), one [`EscapeLaw`][] each: for
+    example the alignment with each teacher direction ([`DirectionAlignment`][]), whose
+    crossings are the steps of a staircase."""
     if method not in METHODS:
         raise ConfigError(f"escape_law: method {method!r}: choose one of {', '.join(METHODS)}")
     if int(runs) < 1 or not len(dims):
         raise ConfigError(f"escape_law: needs runs >= 1 and at least one D (got {runs}, {dims})")
     dims = [int(d) for d in dims]
     model = cfg.build_model()
-    times = np.full((len(dims), int(runs)), np.nan)
-    start = np.full_like(times, np.nan)
+    times = np.full((len(observables), len(dims), int(runs)), np.nan)
+    start = np.full((len(dims), int(runs)), np.nan)
     lrs, t_maxes, walls = [], [], []
     for i, D in enumerate(dims):
         t0 = time.perf_counter()
@@ -114,13 +128,27 @@ def escape_law(cfg: Config, dims, runs: int, *, method: str = "sde", lr_power: f
             c = c.replace(**{"sim.space": method})
             t, arrays = sgd_arrays(c, D, list(range(c.sim.seed, c.sim.seed + int(runs))),
                                    c.save_times())
-        esc = escapes_of(t, arrays, model.layout, threshold=threshold,
-                         observable=model.escape_observable)
-        times[i] = [np.nan if e is None else e for e in esc]
+        for j, observable in enumerate(observables):
+            esc = escapes_of(t, arrays, model.layout, threshold=threshold,
+                             observable=observable)
+            times[j, i] = [np.nan if e is None else e for e in esc]
         start[i] = np.asarray(arrays["R"])[:, 0].reshape(int(runs), -1)[:, 0]
         walls.append(time.perf_counter() - t0)
-    return EscapeLaw(method=method, dims=dims, times=times, start=start, lr=lrs,
-                     t_max=t_maxes, wall_s=walls)
+    return [EscapeLaw(method=method, dims=dims, times=x, start=start, lr=lrs, t_max=t_maxes,
+                      wall_s=walls) for x in times]
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectionAlignment:
+    """The alignment of the student with teacher direction `m` (from 0): `max_i |R_im| /
+    √(Q_ii T_mm)` over the student units ([`headflow.dynamics.measures.alignment`][]), from
+    named order parameters with `R`, `Q` and `T` (numpy, leading batch axes kept)."""
+
+    m: int
+
+    def __call__(self, named: Mapping[str, Any]) -> Any:
+        a = alignment(named["R"], named["Q"], named.get("T"))        # (..., students, M)
+        return np.max(np.abs(np.asarray(a)[..., self.m]), axis=-1)
 
 
 def power_fit(dims, times: np.ndarray, level: float = 0.95) -> dict:
@@ -149,5 +177,5 @@ def equator_rate(cfg: Config) -> float:
     return (rates[0] - rates[1]) / (2 * EQUATOR_STEP)
 
 
-__all__ = ["METHODS", "EscapeLaw", "at_dim", "equator_rate", "escape_law",
-           "power_fit"]
+__all__ = ["METHODS", "DirectionAlignment", "EscapeLaw", "at_dim", "equator_rate", "escape_law",
+           "escape_laws", "power_fit"]

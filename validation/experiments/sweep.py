@@ -27,9 +27,9 @@ from headflow.dynamics.config import parse_value
 from headflow.dynamics.fields import (ExactField, ModelField, exact_backend, has_closed_field,
                                       model_nodes)
 from headflow.dynamics.models.attention import key_nodes
-from headflow.dynamics.models import model_risk
-from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, initial_state, model_arrays,
-                                   model_start, risk_rule, solve)
+from headflow.dynamics.models import GramState, model_risk
+from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, frozen_init, initial_state,
+                                   model_arrays, model_start, risk_rule, solve)
 from headflow.dynamics.models.attention import field_class
 from headflow.dynamics.sharding import gather, per_device, shard_batch
 
@@ -83,8 +83,10 @@ def _split_values(text: str) -> list[str]:
 class SweepResult:
     """Per grid point (row-major over the `--grid` axes): `overrides`, `status` (index into
     [`STATUS`][]), the trajectory `t (T)`, `risk (P, T)` and the order parameters
-    `(P, T, ...)` (non-finite after a divergence), and `null_risk (P,)`, the risk `Δ² + ρ*` of
-    the predictor `ŷ ≡ 0`."""
+    `(P, T, ...)` (non-finite after a divergence), `steps (P,)`, the solver steps each point
+    took (accepted and rejected: the points of a vectorized group advance together, so each
+    pays for the group's largest), and `null_risk (P,)`, the risk `Δ² + ρ*` of the predictor
+    `ŷ ≡ 0`."""
 
     axes: list[tuple[str, list]]
     overrides: list[dict]
@@ -94,6 +96,7 @@ class SweepResult:
     arrays: dict[str, np.ndarray]
     null_risk: np.ndarray | None = None
     layout: Layout = ATTENTION
+    steps: np.ndarray | None = None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -151,7 +154,7 @@ def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noi
             return jnp.where(ok, r, jnp.nan)
 
         risk = jax.lax.map(lambda a: risk_at(*a), (ys, finite), batch_size=16)
-        return ys, code, risk
+        return ys, code, risk, sol.stats["num_steps"]
 
     return eqx.filter_vmap(one)(models, steps, ov0s)
 
@@ -193,6 +196,7 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     ts = np.asarray(cfgs[0].save_times())
     T = len(ts)
     status = np.zeros(len(points), dtype=np.int64)
+    n_steps = np.zeros(len(points), dtype=np.int64)
     risk = np.full((len(points), T), np.nan)
     arrays: dict[str, np.ndarray] = {}
     for members in groups.values():
@@ -206,13 +210,14 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
         model0 = c0.build_model()
         integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
                                             **({"max_steps": max_steps} if max_steps else {}))
-        ys, code, r = _solve_group(models, steps, ov0s, key_nodes(model0, backend),
-                                   jnp.asarray(ts), integrator, risk_nodes(model0, backend),
-                                   c0.ode.sgd_noise, field_class(c0, model0))
+        ys, code, r, n = _solve_group(models, steps, ov0s, key_nodes(model0, backend),
+                                      jnp.asarray(ts), integrator, risk_nodes(model0, backend),
+                                      c0.ode.sgd_noise, field_class(c0, model0))
         check_stop()              # a stop request ends the solves early: do not report them
-        ys, code, r = gather((ys, code, r), len(members))
+        ys, code, r, n = gather((ys, code, r, n), len(members))
         code = np.asarray(code)
         status[members] = code
+        n_steps[members] = np.asarray(n)
         risk[members] = np.asarray(r)
         for name in ORDER_PARAMETERS:
             v = np.asarray(getattr(ys, name))
@@ -222,7 +227,18 @@ def run_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: int | Non
     del progress
     null = np.array([c.model.noise**2 + c.model.rho for c in cfgs])
     return SweepResult(axes=axes, overrides=points, t=ts, status=status, risk=risk,
-                       arrays=arrays, null_risk=null)
+                       arrays=arrays, null_risk=null, steps=n_steps)
+
+
+def _starts(c0: Config, stacked, models: list) -> GramState:
+    """The start of every point of a group (float64, stacked): `[ode] init = "random"` draws
+    them in one vectorized call over the points' models (they share the seed and `sim.dim`),
+    any other init is computed point by point."""
+    if c0.ode.init == "random":
+        starts = eqx.filter_vmap(lambda m: model_start(c0, m))(stacked)
+    else:
+        starts = _stack_points([model_start(c0, m) for m in models])
+    return jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), starts)
 
 
 def _grid_configs(cfg: Config, axes: list[tuple[str, list]]) -> tuple[list[dict], list[Config]]:
@@ -250,36 +266,40 @@ def _run_model_sweep(cfg: Config, axes: list[tuple[str, list]], *, max_steps: in
     built = []
     for i, (c, model) in enumerate(zip(cfgs, models)):
         step_sizes = StepSizes.from_config(c.training)
-        start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), model_start(c, model))
-        built.append((model, step_sizes, start))
-        groups.setdefault(_structure_key(c, model, step_sizes), []).append(i)
+        built.append((model, step_sizes))
+        # the points of a group also share what their start is drawn from
+        key = (_structure_key(c, model, step_sizes), c.sim.seed, c.sim.dim,
+               frozen_init(c.ode.init))
+        groups.setdefault(key, []).append(i)
     ts = np.asarray(cfgs[0].save_times())
     status = np.zeros(len(points), dtype=np.int64)
+    n_steps = np.zeros(len(points), dtype=np.int64)
     risk = np.full((len(points), len(ts)), np.nan)
     arrays: dict[str, np.ndarray] = {}
     for members in groups.values():
         check_stop()
         c0, model0 = cfgs[members[0]], models[members[0]]
-        points_models, steps, starts = shard_batch(
-            tuple(_stack_points([built[i][j] for i in members]) for j in range(3)),
-            len(members))
+        points_models, steps = (_stack_points([built[i][j] for i in members]) for j in range(2))
+        starts = _starts(c0, points_models, [built[i][0] for i in members])
+        points_models, steps, starts = shard_batch((points_models, steps, starts), len(members))
         exact = c0.ode.expectation == "exact"
         closed = exact and has_closed_field(model0)
         nodes = (None if closed else model_nodes(model0, exact_backend(model0) if exact
                                                   else backend_of(c0)))
         integrator = Integrator.from_config(c0.ode, blowup=BlowUp(float(diverge_at)),
                                             **({"max_steps": max_steps} if max_steps else {}))
-        ys, code, r = _solve_group(points_models, steps, starts, nodes, jnp.asarray(ts),
-                                   integrator,
-                                   risk_rule(c0).nodes(model0.n_rows), c0.ode.sgd_noise,
-                                   ExactField if closed else ModelField, model_risk)
+        ys, code, r, n = _solve_group(points_models, steps, starts, nodes, jnp.asarray(ts),
+                                      integrator,
+                                      risk_rule(c0).nodes(model0.n_rows), c0.ode.sgd_noise,
+                                      ExactField if closed else ModelField, model_risk)
         check_stop()
-        ys, code, r = gather((ys, code, r), len(members))
+        ys, code, r, n = gather((ys, code, r, n), len(members))
         status[members] = np.asarray(code)
+        n_steps[members] = np.asarray(n)
         risk[members] = np.asarray(r)
         for name, v in model_arrays(model0, ys).items():
             if name not in arrays:
                 arrays[name] = np.full((len(points),) + v.shape[1:], np.nan)
             arrays[name][members] = v
     return SweepResult(axes=axes, overrides=points, t=ts, status=status, risk=risk,
-                       arrays=arrays, null_risk=None, layout=model0.layout)
+                       arrays=arrays, null_risk=None, layout=model0.layout, steps=n_steps)

@@ -216,6 +216,30 @@ def _plot_sde_escapes(ax, report: dict, x: np.ndarray, x_ext: np.ndarray, ext: l
                 label="SDE 90% quantile censored at t_max")
 
 
+MAX_TICKS = 12
+"""At most this many tick labels on an axis of a grid map (every k-th value beyond)."""
+MAX_CELL_LABELS = 144
+"""Grid maps of at most this many cells write each cell's value in it; larger grids are read
+from the colour scale (their labels would overlap)."""
+
+
+def _grid_ticks(ax, v1, v2) -> None:
+    for axis, values in ((ax.xaxis, v1), (ax.yaxis, v2)):
+        every = -(-len(values) // MAX_TICKS)
+        idx = range(0, len(values), every)
+        axis.set_ticks(list(idx), [f"{values[i]:g}" for i in idx])
+
+
+def _cell_labels(ax, vals: np.ndarray, fmt: str) -> None:
+    if vals.size > MAX_CELL_LABELS:
+        return
+    for i in range(vals.shape[0]):
+        for j in range(vals.shape[1]):
+            if np.isfinite(vals[i, j]):
+                ax.text(i, j, fmt.format(vals[i, j]), ha="center", va="center", fontsize=7,
+                        color="w")
+
+
 def plot_sweep(path: Path, axes_spec: list[tuple[str, list]], values: np.ndarray, *,
                label: str, log: bool = False) -> None:
     """A scalar per grid point: a line (one axis) or a heatmap (two axes; further axes at their
@@ -231,16 +255,11 @@ def plot_sweep(path: Path, axes_spec: list[tuple[str, list]], values: np.ndarray
         vals = values.reshape(len(v1), len(v2), -1)[..., 0]
         im = ax.imshow(vals.T, origin="lower", aspect="auto", cmap="viridis",
                        extent=(-0.5, len(v1) - 0.5, -0.5, len(v2) - 0.5))
-        ax.set_xticks(range(len(v1)), [f"{x:g}" for x in v1])
-        ax.set_yticks(range(len(v2)), [f"{x:g}" for x in v2])
+        _grid_ticks(ax, v1, v2)
         ax.set_xlabel(k1)
         ax.set_ylabel(k2)
         fig.colorbar(im, ax=ax, label=label)
-        for i in range(len(v1)):
-            for j in range(len(v2)):
-                if np.isfinite(vals[i, j]):
-                    ax.text(i, j, f"{vals[i, j]:.3g}", ha="center", va="center", fontsize=7,
-                            color="w")
+        _cell_labels(ax, vals, "{:.3g}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -249,23 +268,19 @@ def plot_sweep(path: Path, axes_spec: list[tuple[str, list]], values: np.ndarray
 def plot_phase_diagram(path: Path, k1: str, v1, k2: str, v2, classes: np.ndarray,
                        escape: np.ndarray | None = None, *, title: str = "") -> None:
     """Categorical map of the phase of each grid point (`classes (len(v1), len(v2))`, indices
-    into [`PHASE_CLASSES`][]), with the escape time written in the specialized cells."""
+    into [`PHASE_CLASSES`][]), with the escape time written in the specialized cells of a grid
+    of at most [`MAX_CELL_LABELS`][] cells."""
     fig, ax = plt.subplots(figsize=(7.5, 5.5))
     from matplotlib.colors import ListedColormap
 
     cmap = ListedColormap(PHASE_COLORS)
     ax.imshow(np.asarray(classes).T, origin="lower", aspect="auto", cmap=cmap, vmin=-0.5,
               vmax=len(PHASE_CLASSES) - 0.5, extent=(-0.5, len(v1) - 0.5, -0.5, len(v2) - 0.5))
-    ax.set_xticks(range(len(v1)), [f"{x:g}" for x in v1])
-    ax.set_yticks(range(len(v2)), [f"{x:g}" for x in v2])
+    _grid_ticks(ax, v1, v2)
     ax.set_xlabel(k1)
     ax.set_ylabel(k2)
     if escape is not None:
-        for i in range(len(v1)):
-            for j in range(len(v2)):
-                if np.isfinite(escape[i, j]):
-                    ax.text(i, j, f"{escape[i, j]:.1f}", ha="center", va="center", fontsize=7,
-                            color="w")
+        _cell_labels(ax, np.asarray(escape), "{:.1f}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in PHASE_COLORS]
     ax.legend(handles, PHASE_CLASSES, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title(title or "phase at t_max (numbers: escape time)")
