@@ -38,7 +38,8 @@ from headflow.dynamics.models import Committee, GramState, SignFlip, SingleIndex
 from headflow.dynamics.ode import run_ode
 from headflow.dynamics.units import Formula, get_unit, unit_names
 from headflow.validation.experiments.escape import escape_distributions
-from headflow.validation.experiments.index_laws import at_dim, equator_rate, power_fit
+from headflow.validation.experiments.index_laws import (DirectionAlignment, at_dim, equator_rate,
+                                                       escape_laws, power_fit)
 
 TEXTBOOK = {"erf": (1, -1), "relu": (1, 0), "linear": (1, -1), "he1": (1, -1),
             "he2": (2, 1), "he3": (3, -1), "he4": (4, 1), "square": (2, 1), "tanh": (1, -1),
@@ -303,6 +304,31 @@ def test_escape_law_fits_and_scaled_settings():
         t = 3.0 * dims[:, None] ** a * np.exp(0.3 * rng.standard_normal((3, 200)))
         fit = power_fit(dims, t)
         assert fit["ci"][0] < a < fit["ci"][1] and fit["ci"][1] - fit["ci"][0] < 0.1
+
+
+def test_direction_alignment_and_several_observables_of_the_same_runs():
+    """`DirectionAlignment(m)` is `max_i |R_im|/√(Q_ii T_mm)`, written here by loops on random
+    arrays; `escape_laws` with several observables reads them on the same runs: for one student
+    and one teacher the model's own observable and the alignment with direction 0 are one
+    quantity, so their escape times are equal, path by path."""
+    rng = np.random.default_rng(3)
+    R, A = rng.normal(size=(5, 7, 3, 2)), rng.normal(size=(5, 7, 3, 3))
+    B = rng.normal(size=(5, 7, 2, 2))
+    named = {"R": R, "Q": A @ np.swapaxes(A, -1, -2), "T": B @ np.swapaxes(B, -1, -2)}
+    for m in range(2):
+        want = np.zeros((5, 7))
+        for idx in np.ndindex(5, 7):
+            Q, T = named["Q"][idx], named["T"][idx]
+            want[idx] = max(abs(R[idx][i, m]) / math.sqrt(Q[i, i] * T[m, m]) for i in range(3))
+        np.testing.assert_allclose(DirectionAlignment(m)(named), want, rtol=1e-13)
+    cfg = load_config(None, ['model.kind="single_index"', 'model.activation="he1"',
+                             'model.loss="correlation"', "model.spherical=true",
+                             "training.lr=0.2", "training.t_max=6", "sde.dt=0.05",
+                             "output.n_save=61"])
+    own, first = escape_laws(cfg, [100, 1000], 6,
+                             [cfg.build_model().escape_observable, DirectionAlignment(0)])
+    assert np.isfinite(own.times).all()
+    np.testing.assert_allclose(first.times, own.times, rtol=1e-12)
 
 
 @pytest.mark.parametrize("overrides", [
