@@ -110,7 +110,7 @@ def _transcendental_s() -> float:
     return best / x.size
 
 
-def _rhs_cost(cfg, prob, batch: int = 256) -> tuple[float, float]:
+def _rhs_cost(prob, batch: int = 256) -> tuple[float, float]:
     """The flops and transcendental functions of one evaluation of the sweep's right-hand
     side, counted by XLA on the vectorized field of `batch` points (per point)."""
     import jax
@@ -162,7 +162,7 @@ def main() -> None:
     np.savez(start, **named)
 
     # (a) the sweep against the SciPy loop, at every grid size
-    rhs_flops, rhs_trans = _rhs_cost(cfg, prob)
+    rhs_flops, rhs_trans = _rhs_cost(prob)
     peak, trans_s = _peak_flops(), _transcendental_s()
     print(f"config: K = 4, M = 2, erf, t = 1000, rtol 1e-6, atol 1e-8; one right-hand side "
           f"{rhs_flops:.3g} flops and {rhs_trans:.3g} transcendentals (XLA's count, batched); "

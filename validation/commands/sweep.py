@@ -46,6 +46,7 @@ def run(args) -> dict:
     from .._rundir import run_dir
     from ..experiments.phase_diagram import class_names, classify
     from ..experiments.sweep import STATUS, parse_grid, run_sweep
+
     cfg = config_from_args(args)
     axes = parse_grid(args.grid, cfg)
     out = out_dir(args, "sweep", cfg, extra=repr(axes) + f"{args.diverge_at}{args.threshold}")
