@@ -76,38 +76,37 @@ def _run(cmd: list[str], env: dict) -> tuple[float, str]:
 _PEAK_N = 2048
 
 
+def _best_s(fn, *args, repeat: int = 5) -> float:
+    """The shortest of `repeat` timed calls of the jitted `fn(*args)`, after one that compiles
+    it."""
+    import jax
+
+    f = jax.jit(fn)
+    f(*args).block_until_ready()
+    best = np.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        f(*args).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def _peak_flops() -> float:
     """The machine's float64 peak, as a dense `_PEAK_N`² matrix product reaches it (FLOP/s,
     best of 5, compiled first)."""
-    import jax
     import jax.numpy as jnp
 
     a = jnp.asarray(np.random.default_rng(0).normal(size=(_PEAK_N, _PEAK_N)))
-    mm = jax.jit(jnp.matmul)
-    mm(a, a).block_until_ready()
-    best = np.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        mm(a, a).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return 2.0 * _PEAK_N**3 / best
+    return 2.0 * _PEAK_N**3 / _best_s(jnp.matmul, a, a)
 
 
 def _transcendental_s() -> float:
     """Seconds per float64 `arcsin` (the costliest transcendental of the erf integrals) on a
     long vector, best of 5."""
-    import jax
     import jax.numpy as jnp
 
     x = jnp.linspace(-0.9, 0.9, 1 << 20)
-    f = jax.jit(jnp.arcsin)
-    f(x).block_until_ready()
-    best = np.inf
-    for _ in range(5):
-        t0 = time.perf_counter()
-        f(x).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return best / x.size
+    return _best_s(jnp.arcsin, x) / x.size
 
 
 def _rhs_cost(prob, batch: int = 256) -> tuple[float, float]:

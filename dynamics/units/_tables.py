@@ -23,15 +23,15 @@ def grid(*ranges: int) -> np.ndarray:
 @functools.cache
 def pairs(n: int) -> np.ndarray:
     """The unordered pairs `(a, b)`, `a ≤ b < n`, in row-major order: `(n(n+1)/2, 2)`."""
-    return np.array([(a, b) for a in range(n) for b in range(a, n)]).reshape(-1, 2)
+    return np.stack(np.triu_indices(n), axis=-1)
 
 
 @functools.cache
 def pair_index(n: int) -> np.ndarray:
     """`(n, n)`: the row of `pairs(n)` holding `{a, b}`."""
     pos = np.empty((n, n), dtype=np.int64)
-    for row, (a, b) in enumerate(pairs(n)):
-        pos[a, b] = pos[b, a] = row
+    a, b = pairs(n).T
+    pos[a, b] = pos[b, a] = np.arange(len(a))
     return pos
 
 
