@@ -105,7 +105,7 @@ print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.module
 def _probe(out: Path, cache: Path, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache)}
     env.pop("HEADFLOW_CACHE", None)
-    done = subprocess.run([sys.executable, "-c", _REPLAY_PROBE, "ode", *TINY, *extra, "--out",
+    done = subprocess.run([sys.executable, "-c", _REPLAY_PROBE, "ode", *COMMITTEE, *extra, "--out",
                            str(out), "--json"], env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -135,7 +135,7 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path):
     other = _probe(tmp_path / "c", cache, "--set", "training.t_max=0.25")
     assert "jax" in other["imported"]
     # an existing folder without --force: the full run refuses it, one line, exit 2
-    done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *TINY, "--out",
+    done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *COMMITTEE, "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONPATH": str(ROOT),
                                "HEADFLOW_CACHE_DIR": str(cache)})

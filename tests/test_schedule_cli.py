@@ -99,20 +99,28 @@ def test_fit_recovers_an_ode_curve(tmp_path, capsys):
                                                      "fit.png", "meta.json"]
 
 
+# the committee's SDE curve of `tests/test_committee_curve.py` (its TOML and SDE settings, the
+# same save times and start): the fit's programs are those of its library-level test, which the
+# session's compilation cache shares
+COMMITTEE_SDE = ['model.kind="committee"', "model.K=2", "model.M=2", "model.noise=0.2",
+                 "model.train_second_layer=true", "training.lr=0.5", "training.lr_second=0.3",
+                 "training.t_max=5.0", "output.n_save=6", "ode.rtol=1e-10", "ode.atol=1e-12",
+                 "sim.dim=300", "sde.paths=4", "sde.dt=0.25", "sde.samples_noise=256"]
+
+
 @pytest.mark.slow
 def test_fit_sde_recovers_an_sde_curve(tmp_path, capsys):
-    """`--model sde`: the mean of an SDE ensemble made at known η and Δ (the same paths) is
-    fitted from a start 20% off."""
-    from test_learning_curve import SDE_BASE
-
+    """`--model sde`: the mean of an SDE ensemble made at known η and σ (the same paths) is
+    fitted from (0.7, 0.1)."""
     from headflow.dynamics.sde import SDECurve
 
-    cfg = load_config(None, SDE_BASE)
-    truth = {"training.lr": 0.8, "model.noise": 0.25}
+    cfg = load_config(None, COMMITTEE_SDE)
+    truth = {"training.lr": 0.5, "model.noise": 0.2}
     risk = np.asarray(SDECurve.from_config(cfg)(truth))
-    summary, out = _fit_made_curve(tmp_path, capsys, SDE_BASE, risk, cfg.save_times(),
-                                   {"training.lr": 0.96, "model.noise": 0.2}, "--model", "sde")
-    assert summary["model"] == "sde" and summary["paths"] == 3
+    summary, out = _fit_made_curve(tmp_path, capsys, COMMITTEE_SDE, risk[1:],
+                                   cfg.save_times()[1:], {"training.lr": 0.7, "model.noise": 0.1},
+                                   "--model", "sde")
+    assert summary["model"] == "sde" and summary["paths"] == 4
     _assert_recovered(summary, truth)
     assert _strict((out / "meta.json").read_text())["model"] == "sde"
 
