@@ -240,6 +240,18 @@ def test_multi_index_teacher_directions_come_from_the_formula():
     assert small.build_model().polynomial_degree() == 2 and small.ode.expectation == "exact"
 
 
+def test_default_single_index_learns_at_its_default_step():
+    """The single-index kind's own default η (0.1; the other kinds' is 1, where its default
+    `he2` student under the square loss diverges): the ODE of the defaults, from a random start,
+    learns the target (`|R| → 1`, the risk to round-off)."""
+    cfg = load_config(None, ['model.kind="single_index"', "output.n_save=5"])
+    assert cfg.training.lr == 0.1 and load_config(None, []).training.lr == 1.0
+    ode = run_ode(cfg).arrays()
+    print(f"risk {ode['risk']}, R {ode['R'].ravel()}")
+    assert ode["risk"][-1] < 1e-8 * ode["risk"][0]
+    assert abs(abs(ode["R"].ravel()[-1]) - 1) < 0.1
+
+
 def test_free_norm_he3_student_shrinks_under_the_square_loss():
     """`E[He_3(λ)²] = 15Q³ − 18Q² + 9Q` grows with `Q`: under the square loss a matched `He_3`
     student with a free norm lowers its risk by shrinking `Q`, not by aligning (`R` falls

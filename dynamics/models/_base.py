@@ -129,6 +129,8 @@ class ModelBase(eqx.Module):
                                       alignment=("R", "Q"))
     t_max: ClassVar[float] = 100.0
     """The default `training.t_max`."""
+    lr_default: ClassVar[float] = 1.0
+    """The default `training.lr` (η)."""
     extra_sections: ClassVar[tuple[str, ...]] = ()
     """Config sections the model reads beyond the engine's (the attention model: `prior`)."""
     lr_bias_key: ClassVar[str] = "lr_params"

@@ -298,14 +298,15 @@ def _moves_scalars(cls: Any) -> bool:
 
 @functools.cache
 def training_table(cls: Any) -> Any:
-    """The `[training]` table of a model class: the generic keys (`lr`, `weight_decay`,
+    """The `[training]` table of a model class: the generic keys (`lr`, default
+    `cls.lr_default`, `weight_decay`,
     `batch`, `t_max`, `lr_schedule`; for a model that defines `trained`, the scalar
     parameters' step `cls.lr_bias_key`, default `cls.lr_bias_default`, and its schedule
     `<lr_bias_key>_schedule`) and every parameter declared with `section="training"`."""
     params = tuple((n, config_key(n, p), p) for n, p in params_of(cls)
                    if p.section == "training")
     scalars = _moves_scalars(cls)
-    fields: list[tuple[str, Any, Any]] = [("lr", float, 1.0)]
+    fields: list[tuple[str, Any, Any]] = [("lr", float, float(cls.lr_default))]
     if scalars:
         default = cls.lr_bias_default
         fields.append((cls.lr_bias_key, float if default is not None else float | None,

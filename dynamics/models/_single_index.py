@@ -41,6 +41,10 @@ class SingleIndex(AbstractModel):
     layout: ClassVar[Layout] = Layout(names=("Q", "R", "a"), per_unit=("R", "a"),
                                       unit_by_unit=("Q",), alignment=("R", "Q"))
     lr_bias_key: ClassVar[str] = "lr_second"
+    lr_default: ClassVar[float] = 0.1
+    """The default η: at η = 1 the default model (`he2` units, square loss, free norm)
+    diverges, and at η = 0.2 too, since the η² term (the variance of the square loss's gradient,
+    a degree-6 polynomial in the fields) outgrows the drift; at η = 0.1 it learns the target."""
 
     unit: AbstractUnit = param("he2", key="activation", convert=student_unit, static=False,
                                help="g, the student's activation")
