@@ -21,10 +21,10 @@ COMMITTEE = ["--set", 'model.kind="committee"', "--set", "training.t_max=0.5", "
 
 
 def _ode(out: Path, cache: Path, *before: str, enabled: bool = True,
-         after: tuple[str, ...] = (), sets: list[str] = TINY) -> dict:
+         after: tuple[str, ...] = (), sets: list[str] = TINY, env: dict | None = None) -> dict:
     """`headflow [BEFORE] ode SETS --out OUT` in a subprocess with the cache in `cache`."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache),
-           "HEADFLOW_CACHE": "1" if enabled else "0"}
+           "HEADFLOW_CACHE": "1" if enabled else "0", **(env or {})}
     done = subprocess.run([sys.executable, "-m", "headflow.validation", *before, "ode", *sets,
                            *after,
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
@@ -140,3 +140,50 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT),
                                "HEADFLOW_CACHE_DIR": str(cache)})
     assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")
+
+
+def test_exported_solve_is_loaded_by_the_next_process(tmp_path):
+    """The ODE's solve program is exported once (`headflow.dynamics.set_export_cache`): a run
+    with other values of the same problem loads it (the stored file is not written again) and
+    gives the arrays of a run that traces the program (`EQX_ON_ERROR=raise`, under which
+    programs are not exported), exactly; a damaged stored file is exported again; another
+    structure (K = 3) is another program."""
+    cache, store = tmp_path / "cache", tmp_path / "cache" / "exported"
+    _ode(tmp_path / "a", cache, sets=COMMITTEE, after=("--set", "model.noise=0.1"))
+    (first,) = _files(store)
+    stamp = first.stat().st_mtime_ns
+    _ode(tmp_path / "b", cache, sets=COMMITTEE, after=("--set", "model.noise=0.2"))
+    assert _files(store) == [first] and first.stat().st_mtime_ns == stamp     # loaded
+    _ode(tmp_path / "c", tmp_path / "traced", sets=COMMITTEE,
+         after=("--set", "model.noise=0.2"), env={"EQX_ON_ERROR": "raise"})
+    assert _files(tmp_path / "traced" / "exported") == []
+    with np.load(tmp_path / "b" / "ode.npz") as b, np.load(tmp_path / "c" / "ode.npz") as c:
+        assert sorted(b.files) == sorted(c.files)
+        for name in b.files:
+            np.testing.assert_array_equal(b[name], c[name], err_msg=name)
+    first.write_bytes(b"damaged")
+    _ode(tmp_path / "d", cache, sets=COMMITTEE, after=("--set", "model.noise=0.3"))
+    assert _files(store) == [first] and first.read_bytes() != b"damaged"
+    _ode(tmp_path / "e", cache, sets=COMMITTEE, after=("--set", "model.K=3"))
+    assert len(_files(store)) == 2
+
+
+def test_program_key_follows_structure_not_values():
+    """Fields that differ only in values (η, σ: traced) share a key; another static setting
+    (`max_steps`), another activation or another shape does not."""
+    import jax.numpy as jnp
+
+    from headflow.dynamics import load_config
+    from headflow.dynamics._exported import program_key
+    from headflow.dynamics.ode import Integrator, build_field, traced_values
+
+    def key(sets, **integrator):
+        cfg = load_config(None, ['model.kind="committee"', *sets])
+        integ = Integrator.from_config(cfg.ode, **integrator)
+        return program_key((traced_values(build_field(cfg)), jnp.zeros(3), integ))
+
+    base = key([])
+    assert key(["training.lr=0.3", "model.noise=0.2"]) == base
+    assert key([], max_steps=1234) != base
+    assert key(['model.activation="relu"']) != base
+    assert key(["model.K=3"]) != base

@@ -1,8 +1,10 @@
-"""Caches between runs: JAX's persistent compilation cache and the generated symbolic code.
+"""Caches between runs: JAX's persistent compilation cache, the ODE's exported programs
+(`headflow.dynamics.set_export_cache`) and the generated symbolic code.
 
-Both live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
+All live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
-identical run then skips compilation and the sympy derivation and only traces. The results
+run of the same problem (other values allowed) then skips compilation, the sympy derivation and
+the tracing of the ODE's solve. The results
 cache of the same folder (`headflow.validation._results`) skips even that for a repeated `headflow
 ode`. Importing this module imports nothing heavy (JAX by [`configure`][]; sympy only by the
 commands that derive or generate code).
@@ -39,9 +41,10 @@ def _off() -> None:
     """Both caches off (also when an earlier call in this process had turned them on)."""
     import jax
 
-    from headflow.dynamics import set_source_cache
+    from headflow.dynamics import set_export_cache, set_source_cache
 
     set_source_cache(None)
+    set_export_cache(None)
     jax.config.update("jax_compilation_cache_dir", None)
 
 
@@ -54,7 +57,7 @@ def configure(enabled: bool = True) -> Path | None:
         return None
     import jax
 
-    from headflow.dynamics import set_source_cache
+    from headflow.dynamics import set_export_cache, set_source_cache
 
     root = cache_root()
     options = jax_cache_options(root)
@@ -66,4 +69,5 @@ def configure(enabled: bool = True) -> Path | None:
     for option, value in options.items():
         jax.config.update(option, value)
     set_source_cache(root / "symbolic")
+    set_export_cache(root / "exported")
     return root

@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from .._errors import ConfigError, DivergenceError, HeadflowError, require_x64
+from .._exported import compile_exported
 from .._stop import check_stop
 from ..fields import AbstractField
 
@@ -154,14 +155,29 @@ def _check_start(d0: PyTree) -> None:
                               "model's parameters")
 
 
-@eqx.filter_jit
+_STATUS = ("successful", "max_steps_reached", "event_occurred")
+"""The outcomes of a solve that [`explain`][] tells apart (any other is a failure)."""
+
+
+def _status(result) -> Array:
+    """The index in `_STATUS` of a diffrax result (`len(_STATUS)`: another failure), an array
+    that a stored program can return."""
+    codes = [result == getattr(dfx.RESULTS, name) for name in _STATUS]
+    return jnp.select(codes, [jnp.asarray(i) for i in range(len(_STATUS))], len(_STATUS))
+
+
 def _solve_from(field, ov0, ts, integrator, progress):
-    """[`solve`][] and the vector field at the start, in one compiled program. Where the field
-    at the start is not finite the solve integrates a zero field instead (a few steps: the
-    caller raises on `d0`), rather than rejecting steps up to `max_steps`."""
+    """[`solve`][] and the vector field at the start, in one program of arrays only (the saved
+    states' leaves, the field's leaves at the start, the outcome's index in `_STATUS`, the
+    accepted and rejected steps), which a later process can load (the export cache,
+    `headflow.dynamics.set_export_cache`). Where the field at the start is not finite the solve
+    integrates a zero field instead (a few steps: the caller raises on `d0`), rather than
+    rejecting steps up to `max_steps`."""
     d0 = field(ts[0], ov0)
     ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(d0)]))
-    return solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress), d0
+    sol = solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress)
+    return (jax.tree.leaves(sol.ys), jax.tree.leaves(d0), _status(sol.result),
+            sol.stats["num_steps"], sol.stats["num_rejected_steps"])
 
 
 class _Guarded(eqx.Module):
@@ -205,41 +221,49 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
     args = (traced_values(field), ov0, jnp.asarray(ts), integrator, meter)
     t0 = time.perf_counter()
     # the field's Python floats traced, not baked in: a field that differs only in values
-    # (a learning rate, a fixed-point search's next chunk) hits JAX's caches, with no retrace
-    compiled = _solve_from.lower(*args).compile()  # type: ignore[attr-defined]
+    # (a learning rate, a fixed-point search's next chunk) hits JAX's caches, with no retrace;
+    # with the export cache on, a later process loads the program instead of tracing it
+    compiled = compile_exported(_solve_from, *args)
     t1 = time.perf_counter()
-    sol, d0 = jax.block_until_ready(compiled(*args))
+    ys_leaves, d0_leaves, status, steps, rejected = jax.block_until_ready(compiled(*args))
     t2 = time.perf_counter()
+    tree = jax.tree.structure(ov0)
     if check:
-        _check_start(d0)
-    ys = sol.ys
+        _check_start(jax.tree.unflatten(tree, d0_leaves))
     finite = np.all(np.stack([np.isfinite(np.asarray(x)).reshape(len(ts), -1).all(axis=1)
-                              for x in jax.tree.leaves(ys)]), axis=0)
-    explain(sol.result, ts, finite, integrator)
-    stats = sol.stats
-    assert ys is not None
-    return ODESolution(t=jnp.asarray(ts), overlaps=ys, num_steps=int(stats["num_steps"]),
-                       num_rejected=int(stats["num_rejected_steps"]), compile_s=t1 - t0,
+                              for x in ys_leaves]), axis=0)
+    explain_status(_STATUS[int(status)] if int(status) < len(_STATUS) else "failed", ts,
+                   finite, integrator)
+    return ODESolution(t=jnp.asarray(ts), overlaps=jax.tree.unflatten(tree, ys_leaves),
+                       num_steps=int(steps), num_rejected=int(rejected), compile_s=t1 - t0,
                        run_s=t2 - t1)
 
 
 def explain(result, ts: np.ndarray, finite: np.ndarray, integrator: Integrator) -> None:
-    """Turn a failed solve into a one-line error (`finite`: which saved states are finite);
-    [`headflow.dynamics.Interrupted`][] when a stop request ended it."""
+    """Turn a failed solve (its diffrax `result`) into a one-line error (`finite`: which saved
+    states are finite); [`headflow.dynamics.Interrupted`][] when a stop request ended it."""
+    explain_status(_STATUS[int(_status(result))] if int(_status(result)) < len(_STATUS)
+                   else "failed", ts, finite, integrator)
+
+
+def explain_status(status: str, ts: np.ndarray, finite: np.ndarray,
+                   integrator: Integrator) -> None:
+    """[`explain`][] of a solve's outcome by name: `"successful"`, `"max_steps_reached"`,
+    `"event_occurred"` (the blow-up rule) or `"failed"`."""
     check_stop()
-    if bool(result == dfx.RESULTS.max_steps_reached):
+    if status == "max_steps_reached":
         reached = ts[finite.sum() - 1] if finite.any() else ts[0]
         raise HeadflowError(f"ODE solver hit ode.max_steps = {integrator.max_steps} near "
                             f"t = {reached:.4g} (t_max = {ts[-1]:.4g}); raise ode.max_steps, "
                             "loosen ode.rtol/atol or try ode.solver = 'kvaerno5' if the "
                             "problem is stiff")
-    if bool(result == dfx.RESULTS.event_occurred):
+    if status == "event_occurred":
         reached = ts[max(int(finite.sum()) - 1, 0)]
         level = integrator.blowup.threshold if integrator.blowup is not None else np.inf
         raise DivergenceError(f"ODE diverged after t = {reached:.4g}: the overlaps exceeded "
                               f"{level:.0e} in absolute value; try a smaller training.lr "
                               "(the SGD-noise terms grow like η²)")
-    if bool(result != dfx.RESULTS.successful) or not finite.all():
+    if status != "successful" or not finite.all():
         first_bad = ts[int(np.argmin(finite))] if not finite.all() else ts[-1]
         raise DivergenceError(f"ODE diverged before t = {first_bad:.4g}: "
                               "the order parameters or the vector field became NaN/inf; try a "
