@@ -4,10 +4,10 @@
 All live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
 run of the same problem (other values allowed) then skips compilation, the sympy derivation and
-the tracing of the ODE's solve. The results
-cache of the same folder (`headflow.validation._results`) skips even that for a repeated `headflow
-ode`. Importing this module imports nothing heavy (JAX by [`configure`][]; sympy only by the
-commands that derive or generate code).
+the tracing of the ODE's solve. The results cache of the same folder
+(`headflow.validation._results`) skips even that for a repeated `headflow ode`. Importing this
+module imports nothing heavy (JAX by [`configure`][]; sympy only by the commands that derive or
+generate code).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def jax_cache_options(root: Path) -> dict[str, str | float | int]:
 
 
 def _off() -> None:
-    """Both caches off (also when an earlier call in this process had turned them on)."""
+    """All caches off (also when an earlier call in this process had turned them on)."""
     import jax
 
     from headflow.dynamics import set_export_cache, set_source_cache
@@ -49,7 +49,7 @@ def _off() -> None:
 
 
 def configure(enabled: bool = True) -> Path | None:
-    """Turn both caches on in the cache folder (None, and both off, when disabled or when the
+    """Turn the caches on in the cache folder (None, and all off, when disabled or when the
     folder cannot be created: a cache is never a reason to fail)."""
     if not enabled or os.environ.get("HEADFLOW_CACHE", "1").strip().lower() in ("0", "off",
                                                                                  "false", "no"):

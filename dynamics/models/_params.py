@@ -299,10 +299,10 @@ def _moves_scalars(cls: Any) -> bool:
 @functools.cache
 def training_table(cls: Any) -> Any:
     """The `[training]` table of a model class: the generic keys (`lr`, default
-    `cls.lr_default`, `weight_decay`,
-    `batch`, `t_max`, `lr_schedule`; for a model that defines `trained`, the scalar
-    parameters' step `cls.lr_bias_key`, default `cls.lr_bias_default`, and its schedule
-    `<lr_bias_key>_schedule`) and every parameter declared with `section="training"`."""
+    `cls.lr_default`; `weight_decay`, `batch`, `t_max`, `lr_schedule`; for a model that defines
+    `trained`, the scalar parameters' step `cls.lr_bias_key`, default `cls.lr_bias_default`, and
+    its schedule `<lr_bias_key>_schedule`) and every parameter declared with
+    `section="training"`."""
     params = tuple((n, config_key(n, p), p) for n, p in params_of(cls)
                    if p.section == "training")
     scalars = _moves_scalars(cls)

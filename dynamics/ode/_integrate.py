@@ -166,6 +166,11 @@ def _status(result) -> Array:
     return jnp.select(codes, [jnp.asarray(i) for i in range(len(_STATUS))], len(_STATUS))
 
 
+def _status_name(code) -> str:
+    """The name in `_STATUS` of an index from `_status` (`"failed"` past its end)."""
+    return _STATUS[int(code)] if int(code) < len(_STATUS) else "failed"
+
+
 def _solve_from(field, ov0, ts, integrator, progress):
     """[`solve`][] and the vector field at the start, in one program of arrays only (the saved
     states' leaves, the field's leaves at the start, the outcome's index in `_STATUS`, the
@@ -232,8 +237,7 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
         _check_start(jax.tree.unflatten(tree, d0_leaves))
     finite = np.all(np.stack([np.isfinite(np.asarray(x)).reshape(len(ts), -1).all(axis=1)
                               for x in ys_leaves]), axis=0)
-    explain_status(_STATUS[int(status)] if int(status) < len(_STATUS) else "failed", ts,
-                   finite, integrator)
+    explain_status(_status_name(status), ts, finite, integrator)
     return ODESolution(t=jnp.asarray(ts), overlaps=jax.tree.unflatten(tree, ys_leaves),
                        num_steps=int(steps), num_rejected=int(rejected), compile_s=t1 - t0,
                        run_s=t2 - t1)
@@ -242,8 +246,7 @@ def integrate(field: AbstractField, ov0: PyTree, ts, integrator: Integrator, *,
 def explain(result, ts: np.ndarray, finite: np.ndarray, integrator: Integrator) -> None:
     """Turn a failed solve (its diffrax `result`) into a one-line error (`finite`: which saved
     states are finite); [`headflow.dynamics.Interrupted`][] when a stop request ended it."""
-    explain_status(_STATUS[int(_status(result))] if int(_status(result)) < len(_STATUS)
-                   else "failed", ts, finite, integrator)
+    explain_status(_status_name(_status(result)), ts, finite, integrator)
 
 
 def explain_status(status: str, ts: np.ndarray, finite: np.ndarray,
