@@ -142,6 +142,7 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")
 
 
+@pytest.mark.slow
 def test_exported_solve_is_loaded_by_the_next_process(tmp_path):
     """The ODE's solve program is exported once (`headflow.dynamics.set_export_cache`): a run
     with other values of the same problem loads it (the stored file is not written again) and
