@@ -48,6 +48,7 @@ _PACKAGES = ("jax", "jaxlib", "equinox", "diffrax", "lineax", "optimistix", "num
 _FILES: dict[str, tuple[int, int, str]] = {}      # path -> (mtime_ns, size, digest)
 _LOADED: dict[str, Any] = {}                       # key -> compiled call (None: not exported)
 _JITTED: dict[Callable, Any] = {}                  # fn -> equinox.filter_jit(fn)
+_SOURCES: list[tuple[Any, list[str]]] = []         # the last (modules memo, source files)
 
 
 def set_export_cache(folder: str | Path | None) -> None:
@@ -190,11 +191,14 @@ def _source_files(classes: set[type]) -> list[str]:
     that define the classes of the arguments' nodes (a model installed as a package), and every
     loaded module outside the Python installation (the user's model files, an editable
     install)."""
+    defining = frozenset(cls.__module__ for cls in classes)
+    memo = (len(sys.modules), defining)               # the same modules loaded: the same files
+    if _SOURCES and _SOURCES[0][0] == memo:
+        return _SOURCES[0][1]
     installed = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix,
                                                    sysconfig.get_paths()["purelib"],
                                                    sysconfig.get_paths()["platlib"])}
     files = {str(p) for p in Path(__file__).resolve().parent.rglob("*.py")}
-    defining = {cls.__module__ for cls in classes}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
         if not file or not file.endswith(".py"):
@@ -203,7 +207,8 @@ def _source_files(classes: set[type]) -> list[str]:
         if name in defining or not any(resolved.startswith(prefix + os.sep)
                                        for prefix in installed):
             files.add(resolved)
-    return sorted(files)
+    _SOURCES[:] = [(memo, sorted(files))]
+    return _SOURCES[0][1]
 
 
 def _file_digest(path: str) -> str:
