@@ -38,21 +38,14 @@ def child(kind: str, way: str, lr: float, cache: Path) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-
     import headflow.dynamics as d
-    from headflow.dynamics.ode import Integrator, build_field, initial_state, integrate
+    from headflow.dynamics.ode import build, integrate
 
     d.set_export_cache(None if way == "traced" else cache / "exported")
     path, sets = CONFIGS[kind]
-    cfg = d.load_config(path, [*sets, f"training.lr={lr}"])
-    model = cfg.build_model()
-    start = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64),
-                         model.ode_state(cfg, initial_state(cfg, model)))
-    field = build_field(cfg, model)
-    integrator = Integrator.from_config(cfg.ode)
+    problem = build(d.load_config(path, [*sets, f"training.lr={lr}"]))
     t0 = time.perf_counter()
-    sol = integrate(field, start, cfg.save_times(), integrator)
+    sol = integrate(problem.field, problem.start, problem.times, problem.integrator)
     wall = time.perf_counter() - t0
     print(f"{kind}, {way}, η = {lr}: {wall:.2f} s ({sol.compile_s:.2f} s to the compiled "
           f"program, {sol.num_steps} steps)")

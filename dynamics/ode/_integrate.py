@@ -163,7 +163,7 @@ def _status(result) -> Array:
     """The index in `_STATUS` of a diffrax result (`len(_STATUS)`: another failure), an array
     that a stored program can return."""
     codes = [result == getattr(dfx.RESULTS, name) for name in _STATUS]
-    return jnp.select(codes, [jnp.asarray(i) for i in range(len(_STATUS))], len(_STATUS))
+    return jnp.select(codes, list(range(len(_STATUS))), len(_STATUS))
 
 
 def _status_name(code) -> str:
