@@ -369,7 +369,7 @@ class ModelBase(eqx.Module):
         """`P = S + T`, the rows of the Gram matrix."""
         return self.n_students + self.n_teachers
 
-    def initial_state(self, key: PRNGKeyArray, dim: int) -> GramState:
+    def initial_state(self, key: PRNGKeyArray, dim: int | Float[Array, ""]) -> GramState:
         """The order parameters of one random initialization at `dim`, exactly in the law of
         those of [`init_weights`][].
 
@@ -379,9 +379,12 @@ class ModelBase(eqx.Module):
         matrix (`L_ii² ~ χ²_{D−i}`, standard normals below the diagonal), scaled by the rows'
         standard deviations; a [`spherical`][] student's row and column are then divided by
         its norm, which is what rescaling its weights to `|w|² = D` does to them. A model that
-        overrides [`init_weights`][] (and any `dim ≤ P`) gets the Gram matrix of its weights."""
+        overrides [`init_weights`][] (and any `dim ≤ P`) gets the Gram matrix of its weights.
+        `dim` may be a traced scalar where the draw does not need the weights
+        (`AbstractModel.start_dim`)."""
         P = self.n_rows
-        if type(self).init_weights is not ModelBase.init_weights or dim < P + 1:
+        if type(self).init_weights is not ModelBase.init_weights or (
+                isinstance(dim, int) and dim < P + 1):     # a traced `dim` is at least P + 1
             return self.init_weights(key, dim, jnp.float64).state()
         rows, S = self._rows(), self.n_students
         std = jnp.concatenate([

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from jax.tree_util import Partial
+from jaxtyping import Array, Float
 
 from .._errors import ConfigError, HeadflowError, check_memory
 from ..config import Config
@@ -190,6 +191,18 @@ class AbstractModel(ModelBase):
         """A pytree callable `sample(key, dim)`: the start of one SDE path at dimension `dim`,
         exact in law at any D (as SGD starts), or the start `[ode] init` names."""
         return model_start_sampler(self, cfg)
+
+    def start_dim(self, dim: int) -> int | Float[Array, ""]:
+        """`dim` in the form the samples of [`start_sampler`][] take it: a float64 scalar
+        where the start is the Bartlett draw of [`initial_state`][], which uses D as a value
+        only, so one compiled program serves every D; else the int, which sets the shapes of
+        the weights the start is drawn from (a model that overrides `init_weights` or
+        `start_sampler`, or `dim ≤ P`)."""
+        if (type(self).init_weights is ModelBase.init_weights
+                and type(self).start_sampler is AbstractModel.start_sampler
+                and dim >= self.n_rows + 1):
+            return jnp.asarray(dim, jnp.float64)
+        return int(dim)
 
     def check_dim(self, dim: int) -> None:
         """A [`headflow.dynamics.HeadflowError`][] when `dim` is too small for the model

@@ -83,12 +83,14 @@ def model_start(cfg: Config, model: ModelBase | None = None,
     if cfg.ode.init == "symmetric" or isinstance(cfg.ode.init, dict):
         return init_start(model, cfg.ode.init, jr.key(0), 1)
     key = jr.key(cfg.sim.seed) if key is None else key
-    return _initial_state(traced_values(model), key, cfg.sim.dim if dim is None else dim)
+    return _initial_state(traced_values(model), key,
+                          model.start_dim(int(cfg.sim.dim if dim is None else dim)))
 
 
 @eqx.filter_jit
-def _initial_state(model: ModelBase, key: Array, dim: int) -> GramState:
-    # the model's float values traced: one program for every value of them
+def _initial_state(model: ModelBase, key: Array, dim: Any) -> GramState:
+    # the model's float values traced, and D where `start_dim` traces it: one program for
+    # every value of them
     return model.initial_state(key, dim)
 
 

@@ -129,7 +129,7 @@ def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
 
 
 @eqx.filter_jit
-def _initial(sample: Any, diffusion: AbstractDiffusion, keys, dim: int):
+def _initial(sample: Any, diffusion: AbstractDiffusion, keys, dim: Any):
     return jax.lax.map(lambda k: diffusion.flatten(sample(k, dim)), keys, batch_size=8)
 
 
@@ -138,7 +138,7 @@ def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,
     """One exact random initialization at dimension `dim` per key (the law SGD starts from),
     in the SDE's coordinates (`diffusion.flatten`; default: that of [`build_sde`][])."""
     diffusion = build_sde(cfg, dim, model).diffusion if diffusion is None else diffusion
-    return _initial(model.start_sampler(cfg), diffusion, keys, int(dim))
+    return _initial(model.start_sampler(cfg), diffusion, keys, model.start_dim(int(dim)))
 
 
 @dataclasses.dataclass(frozen=True)
