@@ -194,7 +194,7 @@ class AbstractModel(ModelBase):
 
     def start_dim(self, dim: int) -> int | Float[Array, ""]:
         """`dim` in the form the samples of [`start_sampler`][] take it: a float64 scalar
-        where the start is the Bartlett draw of [`initial_state`][], which uses D as a value
+        where the start is the Bartlett draw of `initial_state`, which uses D as a value
         only, so one compiled program serves every D; else the int, which sets the shapes of
         the weights the start is drawn from (a model that overrides `init_weights` or
         `start_sampler`, or `dim ≤ P`)."""
