@@ -184,6 +184,14 @@ _weights_jit = eqx.filter_jit(_weights_segment)
 _chain_jit = eqx.filter_jit(_chain_segment)
 
 
+def _weak(tree: Any) -> Any:
+    """`tree` with its Python float leaves (step sizes, label noise, the model's values) as
+    weakly typed JAX scalars: traced by `eqx.filter_jit`, so runs that differ only in these
+    values share one compiled segment, and weak, so they take the dtype of the arrays they
+    meet (float32 weights stay float32, as with the floats compiled in)."""
+    return jax.tree.map(lambda x: jnp.asarray(float(x)) if isinstance(x, float) else x, tree)
+
+
 class _FamilySGD(AbstractSGD):
     """What both spaces share: the model, its step sizes, D, and the start of every seed
     (`init`: one state for all of them, or None for the model's random initialization)."""
@@ -229,7 +237,7 @@ class WeightSGD(_FamilySGD):
         return self._weights(keys, self.dtype), keys[:, 2]
 
     def segment(self, carry, data, starts, counts):
-        return _weights_jit(self.model, self.hp, carry, data, starts, counts)
+        return _weights_jit(_weak(self.model), _weak(self.hp), carry, data, starts, counts)
 
     def check(self, carry: ModelWeights, recorded: GramState, t_end: float,
               seeds: list[int]) -> None:
@@ -256,8 +264,8 @@ class ChainSGD(_FamilySGD):
         return carry, keys[:, 2]
 
     def segment(self, carry, data, starts, counts):
-        return _chain_jit(self.model, as_float64(self.hp), jnp.asarray(self.dim, jnp.float64),
-                          carry, data, starts, counts)
+        return _chain_jit(_weak(self.model), as_float64(self.hp),
+                          jnp.asarray(self.dim, jnp.float64), carry, data, starts, counts)
 
     def check(self, carry: ChainState, recorded: GramState, t_end: float,
               seeds: list[int]) -> None:
