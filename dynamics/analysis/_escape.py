@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
@@ -25,7 +26,14 @@ def initial_contrasts(model: Any, key, modes: Any, *, n: int, dim: int, key_std:
     is `coef/√D`): `n` independent draws of the model's random start
     ([`headflow.dynamics.models.attention.random_start`][] with `key_std`, `value_std`, `bias`, or a
     family model's `initial_state`) projected on the blocks of `modes`."""
-    keys = jr.split(key, n)
+    return _contrasts(model, modes, jr.split(key, n), int(dim), float(key_std), float(value_std),
+                      float(bias))
+
+
+@eqx.filter_jit
+def _contrasts(model: Any, modes: Any, keys, dim: int, key_std: float, value_std: float,
+               bias: float):
+    # a program per model structure and D (the draws' shapes), shared by every call
 
     def start(k):
         if isinstance(model, AttentionBase):
@@ -37,7 +45,7 @@ def initial_contrasts(model: Any, key, modes: Any, *, n: int, dim: int, key_std:
         d = modes.flatten(ov) - modes.flatten(modes.average(ov))
         return jnp.einsum("knj,n->kj", modes.standard, d) * jnp.sqrt(float(dim))
 
-    return jax.jit(jax.vmap(one))(keys)
+    return jax.vmap(one)(keys)
 
 
 def linear_spread(result: StabilityResult, modes: Any,
@@ -46,7 +54,12 @@ def linear_spread(result: StabilityResult, modes: Any,
     perturbations `δ(t) = Σ_k U_k Φ(t) coef_k` around the symmetric trajectory, `(n, T)`. The
     spread is positively homogeneous of degree 1, so at dimension D it is this divided by
     `√D`."""
+    return np.asarray(_spreads(modes, coef, result.symmetric, result.propagator)).T
 
+
+@eqx.filter_jit
+def _spreads(modes: Any, coef, symmetric, propagator):
+    # one program per shapes, shared by every call
     def at(ov, phi):
         c = jnp.einsum("ij,nkj->nki", phi, coef)                       # (n, H−1, μ)
         deltas = jnp.einsum("knj,mkj->mn", modes.standard, c)           # (n, N)
@@ -60,8 +73,7 @@ def linear_spread(result: StabilityResult, modes: Any,
 
         return jax.vmap(spread)(deltas)
 
-    out = jax.jit(jax.vmap(at))(result.symmetric, result.propagator)   # (T, n)
-    return np.asarray(out).T
+    return jax.vmap(at)(symmetric, propagator)                          # (T, n)
 
 
 def crossing_times(t: np.ndarray, values: np.ndarray, levels: np.ndarray) -> np.ndarray:

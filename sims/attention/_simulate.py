@@ -6,6 +6,7 @@ driver of `headflow.sims`, as [`headflow.sims.run_sgd`][] runs them for a config
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -15,6 +16,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from headflow.dynamics import (Model, Overlaps, StepSizes, Teacher, Weights, population_risk,
                                require_x64, risk_nodes)
 from headflow.dynamics.expectations import MonteCarlo
+from headflow.dynamics.ode import traced_values
 from headflow.dynamics.models.attention import AttentionChainSGD, AttentionWeightSGD
 from headflow.dynamics.sharding import gather
 
@@ -113,11 +115,11 @@ def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int 
     nodes = risk_nodes(model, MonteCarlo(samples=samples, seed=seed))
     batch_shape = ov.b.shape[:-1]
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch_shape):]), ov)
-
-    @jax.jit
-    def run(flat, nodes):
-        return jax.lax.map(lambda o: population_risk(model, o, nodes), flat,
-                           batch_size=batch_size)
-
-    risk, err = run(flat, nodes)
+    risk, err = _risks(traced_values(model), flat, nodes, batch_size)
     return risk.reshape(batch_shape), err.reshape(batch_shape)
+
+
+@eqx.filter_jit
+def _risks(model: Model, flat: Overlaps, nodes: Any, batch_size: int):
+    # the model's floats traced: one program for every value of them and every call
+    return jax.lax.map(lambda o: population_risk(model, o, nodes), flat, batch_size=batch_size)

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import jax
+import equinox as eqx
 import numpy as np
 from headflow.dynamics import Config, Overlaps, bayes_risk, population_risk
 from headflow.dynamics.analysis import (
@@ -36,6 +36,7 @@ from headflow.dynamics.ode import (
                                    node_count,
                                    run_ode,
                                    segment_start,
+                                   traced_values,
                                    )
 from headflow.sims import run_sgd
 
@@ -183,8 +184,14 @@ def _fixed_point(cfg: Config, model, backend: AbstractExpectation, ov0: Overlaps
 
 def _final_risk(model, ov: Overlaps, backend: AbstractExpectation, manifold: bool
                 ) -> tuple[float, float]:
-    r, e = jax.jit(lambda o: population_risk(model, o, backend, manifold=manifold))(ov)
+    r, e = _risk_program(traced_values(model), ov, backend, manifold)
     return float(r), float(e)
+
+
+@eqx.filter_jit
+def _risk_program(model, ov: Overlaps, backend: AbstractExpectation, manifold: bool):
+    # one program for every model value, prior and state of the same shapes
+    return population_risk(model, ov, backend, manifold=manifold)
 
 
 def _state_vector(ov: Overlaps) -> np.ndarray:

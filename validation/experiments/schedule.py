@@ -67,6 +67,24 @@ def _with(cfg: Config, **keys) -> Config:
     return cfg.replace(**keys)
 
 
+@eqx.filter_jit
+def _risk_of(curve, params):
+    """The ODE risk at the curve's last time for `params` (one program per curve structure,
+    shared by every design in the process)."""
+    return final_risk(curve(params))
+
+
+@eqx.filter_jit
+def _loss_and_grad(curve, u):
+    """The final risk of the schedule curve at log step sizes `u` and its gradient in `u`
+    (forward mode)."""
+    def risk(u):
+        r = final_risk(curve({"training.lr_schedule": jnp.exp(u)}))
+        return r, r                       # the risk, and the risk again as the aux output
+    grad, loss = jax.jacfwd(risk, has_aux=True)(u)
+    return loss, grad
+
+
 def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 2000,
                     seeds: int = 8, steps: int = 40, design_samples: int | None = 2048,
                     learning_rate: float = 0.1, lr_range: tuple[float, float] | None = None,
@@ -99,14 +117,13 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
 
     # -- 1. best constant η ---------------------------------------------------------------------
     curve = curve_from_config(design)
-    risk_of = eqx.filter_jit(lambda c, p: final_risk(c(p)))
     search: list[tuple[float, float]] = []
     penalty: list[float] = []
 
     def objective(log_lr: float) -> float:
         check_stop()
         lr = math.exp(log_lr)
-        r = float(risk_of(curve, {"training.lr": jnp.asarray(lr)}))
+        r = float(_risk_of(curve, {"training.lr": jnp.asarray(lr)}))
         search.append((lr, r))
         log(f"  constant η = {lr:.5g}: ODE risk at T = {r:.6g}")
         if not math.isfinite(r):
@@ -131,13 +148,6 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
     # mode through the checkpointed solve, for the few knots a schedule has
     scurve = curve_from_config(sched_cfg, adjoint="forward")
 
-    @eqx.filter_jit
-    def loss_and_grad(c, u):
-        def risk(u):
-            r = final_risk(c({"training.lr_schedule": jnp.exp(u)}))
-            return r, r                       # the risk, and the risk again as the aux output
-        grad, loss = jax.jacfwd(risk, has_aux=True)(u)
-        return loss, grad
     opt = optax.adam(learning_rate)
     u = jnp.full(knots, math.log(lr_best), dtype=jnp.float64)
     state = opt.init(u)
@@ -146,7 +156,7 @@ def design_schedule(cfg: Config, *, budget: float, knots: int = 6, dim: int = 20
     scale = 1.0
     for i in range(steps):
         check_stop()
-        value, grad = loss_and_grad(scurve, u)
+        value, grad = _loss_and_grad(scurve, u)
         value = float(value)
         if not (math.isfinite(value) and bool(jnp.all(jnp.isfinite(grad)))):
             # a diverging schedule: back to the best one with smaller steps
