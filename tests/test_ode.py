@@ -26,6 +26,13 @@ def _model(activation="bayes_softmax", L=3, H=2, prior=None, noise=0.2):
                    prior=prior, noise=noise, rho=1.0)
 
 
+def _small(noise=0.2):
+    """L = 2, one head, F = 1: the model that compiles fastest, for the tests of the
+    integrator's plumbing and errors, where the model does not enter what is checked (with
+    `_state(H=1, F=1)`)."""
+    return _model(L=2, H=1, prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]), noise=noise)
+
+
 def _state(H=2, F=2, seed=0):
     k = jr.split(jr.key(seed), 3)
     K = jr.normal(k[0], (H, 8)) / 2
@@ -233,40 +240,24 @@ def test_inconsistent_shapes_error():
 
 
 def test_max_steps_error():
-    model = _model()
+    model = _small()
     with pytest.raises(d.HeadflowError, match="max_steps"):
-        integrate(_field(model), _state(), np.linspace(0, 50, 3),
+        integrate(_field(model), _state(H=1, F=1), np.linspace(0, 50, 3),
                   Integrator.adaptive(max_steps=3))
 
 
-def test_configs_differing_in_values_share_one_compiled_program():
-    """A second solve whose field differs only in a value (the learning rate) reuses the
-    compiled program (the field's floats are traced, not compiled in) and gives what a fresh
-    compile gives, bit for bit."""
-    model, ts = _model(), np.linspace(0, 1, 3)
-    slow = ManifoldField.build(model, StepSizes(lr=0.5, lr_bias=1.0),
-                               d.expectations.MonteCarlo(samples=256))
-    jax.clear_caches()
-    a = integrate(_field(model), _state(), ts, Integrator.adaptive())
-    b = integrate(slow, _state(), ts, Integrator.adaptive())
-    assert b.compile_s < 0.1 * a.compile_s, (a.compile_s, b.compile_s)
-    assert not np.allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m))
-    jax.clear_caches()
-    c = integrate(slow, _state(), ts, Integrator.adaptive())
-    assert c.compile_s > 10 * b.compile_s
-    for x, y in zip(jax.tree.leaves(b.overlaps), jax.tree.leaves(c.overlaps)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 def test_nan_vector_field_error():
-    model = _model(noise=float("nan"))
+    model = _small(noise=float("nan"))
     with pytest.raises(d.DivergenceError, match="NaN/inf"):
-        integrate(_field(model), _state(), np.linspace(0, 1, 3), Integrator.adaptive())
+        integrate(_field(model), _state(H=1, F=1), np.linspace(0, 1, 3), Integrator.adaptive())
 
 
 def test_divergence_error():
-    cfg = d.load_config(None, ["training.t_max=400", "output.n_save=5", "ode.samples=512",
-                               "training.lr=6.0", "sim.dim=300"])
+    # the nodes and save grid of test_symmetric_start_never_specializes (its compiled solve
+    # serves here) and the dimension of test_gradient_flow_decreases_the_risk_monotonically
+    # (its compiled random start)
+    cfg = d.load_config(None, ["training.t_max=400", "output.n_save=9", "ode.samples=2048",
+                               "training.lr=6.0", "sim.dim=500"])
     with pytest.raises(d.HeadflowError, match="lr|max_steps"):
         run_ode(cfg)
 
@@ -290,7 +281,8 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     from headflow.dynamics.models.attention import resolved_rhs
     from headflow.dynamics.ode._run import AUTO_PILOT
 
-    base = ["training.t_max=2", "output.n_save=5", "model.L=3", "ode.samples=\"auto\"",
+    # 9 saved states: the pilot run's grid, so the run at the pilot's count reuses its programs
+    base = ["training.t_max=2", "output.n_save=9", "model.L=3", "ode.samples=\"auto\"",
             "ode.expectation=\"qmc\""]
     counts = {}
     loose = d.load_config(None, [*base, "ode.error_target=1.0"])
@@ -312,3 +304,23 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     cfg = d.load_config(None, ["ode.rhs=\"auto\""])
     assert resolved_rhs(cfg) == "symbolic"
     assert resolved_rhs(cfg.replace(**{"ode.form": "full"})) == "autodiff"
+
+
+# last in the file: it clears JAX's caches, which the tests after it would compile again
+def test_configs_differing_in_values_share_one_compiled_program():
+    """A second solve whose field differs only in a value (the learning rate) reuses the
+    compiled program (the field's floats are traced, not compiled in) and gives what a fresh
+    compile gives, bit for bit."""
+    model, ts, ov = _small(), np.linspace(0, 1, 3), _state(H=1, F=1)
+    slow = ManifoldField.build(model, StepSizes(lr=0.5, lr_bias=1.0),
+                               d.expectations.MonteCarlo(samples=256))
+    jax.clear_caches()
+    a = integrate(_field(model), ov, ts, Integrator.adaptive())
+    b = integrate(slow, ov, ts, Integrator.adaptive())
+    assert b.compile_s < 0.1 * a.compile_s, (a.compile_s, b.compile_s)
+    assert not np.allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m))
+    jax.clear_caches()
+    c = integrate(slow, ov, ts, Integrator.adaptive())
+    assert c.compile_s > 10 * b.compile_s
+    for x, y in zip(jax.tree.leaves(b.overlaps), jax.tree.leaves(c.overlaps)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -29,25 +29,30 @@ _with_error = eqx.filter_jit(lambda field, ov: field.with_error(ov))
 from _util import off_manifold_state as _state  # noqa: E402
 
 
-def _sgd_increments(model, ov, lr, lr_bias, wd, batch):
-    """Per-sample `D × (one-step change)` of all overlaps at +η and −η (same samples)."""
-    teacher = d.make_teacher(jr.key(1), D, model.F, model.rho, dtype=jnp.float64)
-    w = d.weights_from_overlaps(jr.key(2), ov, teacher, model.rho, dtype=jnp.float64)
+@eqx.filter_jit
+def _increments(model, plus, minus, teacher, w, keys):
+    """`D × (one-step change)` of all overlaps from the weights `w`, one step per key at `plus`
+    and at `minus` (same samples). The weights and the teacher are arguments, not constants of
+    the program, so the two states of an activation share one compiled program."""
     base = w.gram_rows(teacher)
-    got = w.overlaps(teacher)
-    np.testing.assert_allclose(np.asarray(got.q), np.asarray(ov.q), atol=1e-10)
 
     def inc(hp, key):
         w1 = sgd_step(model, hp, teacher, w, key)
         return d.Overlaps.from_student_rows(D * (w1.gram_rows(teacher) - base),
                                             D * (w1.b - w.b), model.F)
 
+    return jax.lax.map(lambda k: (inc(plus, k), inc(minus, k)), keys, batch_size=512)
+
+
+def _sgd_increments(model, ov, lr, lr_bias, wd, batch):
+    """Per-sample `D × (one-step change)` of all overlaps at +η and −η (same samples)."""
+    teacher = d.make_teacher(jr.key(1), D, model.F, model.rho, dtype=jnp.float64)
+    w = d.weights_from_overlaps(jr.key(2), ov, teacher, model.rho, dtype=jnp.float64)
+    got = w.overlaps(teacher)
+    np.testing.assert_allclose(np.asarray(got.q), np.asarray(ov.q), atol=1e-10)
     plus = StepSizes(lr=lr, lr_bias=lr_bias, weight_decay=wd, batch=batch)
     minus = StepSizes(lr=-lr, lr_bias=-lr_bias, weight_decay=wd, batch=batch)
-    keys = jr.split(jr.key(3), N_SGD)
-    f = jax.jit(lambda ks: jax.lax.map(lambda k: (inc(plus, k), inc(minus, k)), ks,
-                                       batch_size=512))
-    return f(keys)
+    return _increments(model, plus, minus, teacher, w, jr.split(jr.key(3), N_SGD))
 
 
 def _mean_err(samples):

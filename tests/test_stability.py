@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from _util import make_model
+from _util import make_model, optimized
 
 from headflow.dynamics import Overlaps, StepSizes
 from headflow.dynamics import analysis as st
@@ -220,10 +220,13 @@ def test_linear_spread_is_homogeneous_and_initial_law_scales():
     within Monte Carlo error at D = 500 and 4000)."""
     model = make_model("softmax1", L=3, H=3)
     modes = st.HeadModes.build(model)
-    c1 = np.asarray(st.initial_contrasts(model, jr.key(6), modes, n=2000, dim=500,
-                                         key_std=0.1, value_std=0.1, bias=0.0))
-    c2 = np.asarray(st.initial_contrasts(model, jr.key(7), modes, n=2000, dim=4000,
-                                         key_std=0.1, value_std=0.1, bias=0.0))
+    # 2000 random starts of dimension up to 4000: drawing them (run time, not compile time)
+    # dominates, so compile with XLA's optimizations
+    with optimized():
+        c1 = np.asarray(st.initial_contrasts(model, jr.key(6), modes, n=2000, dim=500,
+                                             key_std=0.1, value_std=0.1, bias=0.0))
+        c2 = np.asarray(st.initial_contrasts(model, jr.key(7), modes, n=2000, dim=4000,
+                                             key_std=0.1, value_std=0.1, bias=0.0))
     v1, v2 = (c1 ** 2).mean(axis=0), (c2 ** 2).mean(axis=0)
     se = np.sqrt(((c1 ** 2).var(axis=0) + (c2 ** 2).var(axis=0)) / 2000)
     assert np.all(np.abs(v1 - v2) < 5 * se + 1e-12)
