@@ -381,11 +381,11 @@ class ModelBase(eqx.Module):
         its norm, which is what rescaling its weights to `|w|² = D` does to them. A model that
         overrides [`init_weights`][] (and any `dim ≤ P`) gets the Gram matrix of its weights.
         `dim` may be a traced scalar where the draw does not need the weights
-        (`AbstractModel.start_dim`)."""
+        ([`start_dim`][])."""
         P = self.n_rows
         if type(self).init_weights is not ModelBase.init_weights or (
                 isinstance(dim, int) and dim < P + 1):     # a traced `dim` is at least P + 1
-            return self.init_weights(key, dim, jnp.float64).state()
+            return self.init_weights(key, int(dim), jnp.float64).state()
         rows, S = self._rows(), self.n_students
         std = jnp.concatenate([
             jnp.broadcast_to(jnp.asarray(Rows.value(self, rows.student_std), jnp.float64), (S,)),
@@ -401,6 +401,15 @@ class ModelBase(eqx.Module):
             gram = scale[:, None] * gram * scale[None, :]
         return GramState(gram=gram, params={k: jnp.asarray(v, jnp.float64)
                                             for k, v in self.params0().items()})
+
+    def start_dim(self, dim: int) -> int | Float[Array, ""]:
+        """`dim` in the form [`initial_state`][] takes it: a float64 scalar where the start is
+        the Bartlett draw, which uses D as a value only, so one compiled program serves every
+        D; else the int, which sets the shapes of the weights the start is drawn from (a model
+        that overrides [`init_weights`][], or `dim ≤ P`)."""
+        if type(self).init_weights is ModelBase.init_weights and dim >= self.n_rows + 1:
+            return jnp.asarray(dim, jnp.float64)
+        return int(dim)
 
     def check(self) -> None:
         """One-line [`ConfigError`][]s for a model whose declarations do not fit together:

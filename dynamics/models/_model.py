@@ -193,16 +193,12 @@ class AbstractModel(ModelBase):
         return model_start_sampler(self, cfg)
 
     def start_dim(self, dim: int) -> int | Float[Array, ""]:
-        """`dim` in the form the samples of [`start_sampler`][] take it: a float64 scalar
-        where the start is the Bartlett draw of `initial_state`, which uses D as a value
-        only, so one compiled program serves every D; else the int, which sets the shapes of
-        the weights the start is drawn from (a model that overrides `init_weights` or
-        `start_sampler`, or `dim ≤ P`)."""
-        if (type(self).init_weights is ModelBase.init_weights
-                and type(self).start_sampler is AbstractModel.start_sampler
-                and dim >= self.n_rows + 1):
-            return jnp.asarray(dim, jnp.float64)
-        return int(dim)
+        """`dim` in the form the samples of [`start_sampler`][] take it: that of
+        `initial_state` (a traced D for the Bartlett draw), and the int for a model that
+        overrides `start_sampler` (its start may draw D-dimensional weights)."""
+        if type(self).start_sampler is not AbstractModel.start_sampler:
+            return int(dim)
+        return super().start_dim(dim)
 
     def check_dim(self, dim: int) -> None:
         """A [`headflow.dynamics.HeadflowError`][] when `dim` is too small for the model
