@@ -15,7 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "training.t_max=0.5", "--set", "output.n_save=3", "--set", "ode.samples=256",
-        "--set", "model.L=2", "--set", "ode.rhs=symbolic"]
+        "--set", "model.L=2", "--set", "model.H=1", "--set", "model.F=1", "--set",
+        "ode.rhs=symbolic"]
 COMMITTEE = ["--set", 'model.kind="committee"', "--set", "training.t_max=0.5", "--set",
              "output.n_save=3"]
 

@@ -115,26 +115,27 @@ def test_parameter_free_escape_slope():
 
 @pytest.mark.slow
 def test_escape_distributions_sde_and_sgd(tmp_path):
-    """The escape-time samples of SDE paths, weight-space and overlap-space SGD at D = 400, 64
-    runs each: every run escapes (at t = 0 where the random start is already past the
-    threshold), the samples are independent (no two equal), the KS statistic is the largest CDF
-    gap of the two samples (recomputed here), and the verdicts are the expected ones: the SDE's
-    escape times agree with the overlap chain's (resolved at this size: the KS distance's
-    upper bound is below its tolerance), and no pair disagrees (the three are one law to the
-    resolution of 64 runs; the other pairs need about 90 to 850 runs to be decided). A wrong
-    SDE noise or a wrong chain step makes the KS verdict disagree."""
+    """The escape-time samples of SDE paths and overlap-space SGD at D = 400, 64 runs each, and
+    of 16 weight-space SGD runs (each costs O(D) a step; the two spaces are compared in law in
+    `tests/test_committee_sgd.py`): every run escapes (at t = 0 where the random start is
+    already past the threshold), the samples are independent (no two equal), the KS statistic
+    is the largest CDF gap of the two samples (recomputed here), and the verdicts are the
+    expected ones: the SDE's escape times agree with the overlap chain's (resolved at this size:
+    the KS distance's upper bound is below its tolerance), and no pair disagrees (the three are
+    one law to the resolution of these runs; the pairs with weight-space SGD are not decided at
+    16 runs). A wrong SDE noise or a wrong chain step makes the KS verdict disagree."""
     from headflow.validation.experiments.escape import escape_distributions
     from headflow.validation.verdicts import AGREE, DISAGREE, NOT_RESOLVED
 
     cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
                              "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
     with optimized():                   # 64 runs of each: run time, not compile time, counts
-        out = escape_distributions(cfg, 400, 64)
-    assert out["runs"] == {"sde": 64, "weights": 64, "overlaps": 64}
+        out = escape_distributions(cfg, 400, 64, weight_runs=16)
+    assert out["runs"] == {"sde": 64, "weights": 16, "overlaps": 64}
     for name in ("sde", "weights", "overlaps"):
         e = out["times"][name]
         assert e.shape == (out["runs"][name],) and (e[np.isfinite(e)] >= 0).all()
-        assert np.isfinite(e).sum() >= 60, name                 # a few censored at most
+        assert np.isfinite(e).sum() >= len(e) - 4, name         # a few censored at most
         escaped = e[np.isfinite(e) & (e > 0)]
         assert len(np.unique(escaped)) == len(escaped)
     a, b = out["times"]["sde"], out["times"]["weights"]

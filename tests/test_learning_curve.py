@@ -35,10 +35,10 @@ def _fast_compile():
 
 # softmax1 (its bias is not a gauge: the bias terms move the risk), label noise, weight decay
 # and a non-zero initial bias, so every parameter has a visible effect
-BASE = ["model.L=2", "model.H=2", "model.activation=softmax1", "model.noise=0.2",
+BASE = ["model.L=2", "model.H=1", "model.activation=softmax1", "model.noise=0.2",
         "training.weight_decay=0.05", "training.init_bias=0.3", "training.lr=0.8",
         "training.lr_bias=1.5", "training.init_key_std=0.3", "training.init_value_std=0.2",
-        "training.t_max=6", "output.n_save=13", "ode.samples=256", "ode.rtol=1e-10",
+        "training.t_max=6", "output.n_save=13", "ode.samples=64", "ode.rtol=1e-10",
         "ode.atol=1e-12", "prior.amplitude=2.0"]
 SCHEDULES = ['training.lr_schedule={kind = "log", times = [0.5, 2, 6], values = [1.2, 0.7, 0.3]}',
              "training.lr_bias_schedule={times = [0, 3, 6], values = [2.0, 1.0, 0.5]}"]
@@ -77,10 +77,12 @@ def _point(cfg_overrides: list[str]) -> _Point:
     points, and the Jacobian of the three functionals there."""
     curve = LearningCurve.from_config(load_config(None, cfg_overrides))
     p0 = curve.defaults()
-    risk, _ = _curve_and_functionals(curve, p0, jnp.asarray(0.0))
+    # the level a strong-typed float64 (`jnp.asarray(0.0)` is weakly typed, a second program
+    # for the same shapes): this call, the finite differences and the Jacobian share one
+    risk, _ = _curve_and_functionals(curve, p0, jnp.asarray(0.0, jnp.float64))
     risk = np.asarray(risk)
     assert np.all(np.isfinite(risk)) and risk[-1] < risk[0]
-    level = jnp.asarray(0.5 * (risk[0] + risk[-1]))      # crossed between two save points
+    level = jnp.asarray(0.5 * (risk[0] + risk[-1]), jnp.float64)   # crossed between two saves
     return _Point(curve, p0, level, _jacobian(curve, p0, level))
 
 

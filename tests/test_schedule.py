@@ -87,7 +87,7 @@ def test_config_round_trip():
 
 # zero before t = 1 and after t = 3, up to 1 in between: nothing may move outside [1, 3]
 WINDOW = "{times = [1.0, 1.5, 2.5, 3.0], values = [0.0, 1.0, 1.0, 0.0]}"
-SMALL = ["model.L=2", "model.H=2", "ode.samples=256", "training.t_max=4", "output.n_save=9",
+SMALL = ["model.L=2", "model.H=1", "ode.samples=256", "training.t_max=4", "output.n_save=9",
          "sim.dim=200", "sim.seeds=2", "sim.risk_samples=256", "model.noise=0.2",
          "training.weight_decay=0.1", "model.activation=softmax1"]
 

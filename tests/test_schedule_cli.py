@@ -91,7 +91,7 @@ def _assert_recovered(summary, truth):
 @pytest.mark.slow
 def test_fit_recovers_an_ode_curve(tmp_path, capsys):
     """A curve made by the ODE at known η and Δ is fitted from a start 20% off."""
-    sets = ["model.L=2", "ode.samples=256", "output.n_save=21", "training.t_max=6",
+    sets = ["model.L=2", "model.H=1", "ode.samples=64", "output.n_save=11", "training.t_max=6",
             "model.activation=softmax1"]
     truth = {"training.lr": 0.7, "model.noise": 0.3}
     cfg = load_config(None, sets)

@@ -22,6 +22,14 @@ from headflow.sims.attention import recorded_risk
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
 
 
+@pytest.fixture(autouse=True)
+def _fresh():
+    """Each test starts with no program in memory: the suite keeps a module's programs for the
+    next ones (`tests/conftest.py`), and a program an earlier module traced with the second
+    run's values would hide a second run that cannot reuse the first's."""
+    jax.clear_caches()
+
+
 @contextlib.contextmanager
 def _traces():
     """The seconds of every program traced inside the block, one entry per program."""
