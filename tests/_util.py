@@ -72,16 +72,26 @@ def _chunk_fields(key, teacher: Teacher, model: Model, W: jax.Array, batch: int)
     return lam.astype(jnp.float64), y.astype(jnp.float64)
 
 
+def set_xla_optimizations(enabled: bool) -> None:
+    """Switch XLA's optimizations (`jax_disable_most_optimizations`). When the setting changes,
+    the programs in memory are dropped first: JAX's in-memory caches do not key on the setting
+    (its persistent cache does), so a program compiled at the other setting would otherwise be
+    reused as it was compiled."""
+    if bool(jax.config.values.get("jax_disable_most_optimizations", False)) == enabled:
+        jax.clear_caches()
+        jax.config.update("jax_disable_most_optimizations", not enabled)
+
+
 @contextlib.contextmanager
 def xla_optimizations(enabled: bool):
-    """Set XLA's optimizations (`jax_disable_most_optimizations`) for the block, then restore
-    the previous setting."""
-    before = bool(jax.config.values.get("jax_disable_most_optimizations", False))
-    jax.config.update("jax_disable_most_optimizations", not enabled)
+    """Set XLA's optimizations for the block ([`set_xla_optimizations`][]), then restore the
+    previous setting."""
+    before = not bool(jax.config.values.get("jax_disable_most_optimizations", False))
+    set_xla_optimizations(enabled)
     try:
         yield
     finally:
-        jax.config.update("jax_disable_most_optimizations", before)
+        set_xla_optimizations(before)
 
 
 def optimized():

@@ -19,8 +19,10 @@
   small programs, not by running them, and this cuts their CPU time by a few percent to a third
   (a module that runs large programs, such as `test_ode_drift`, gets slower and is left out). The
   flag only changes code generation, not the semantics of the programs. It is part of JAX's
-  compilation cache key (XLA's debug options), so programs compiled with and without it are
-  separate entries of the session's cache and toggling it per module is safe.
+  persistent cache key (XLA's debug options), so programs compiled with and without it are
+  separate entries of the session's cache; JAX's in-memory caches do not key on it, so the
+  programs in memory are dropped whenever it changes (`tests/_util.py`,
+  `set_xla_optimizations`).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import pytest
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
-from _util import xla_optimizations  # noqa: E402
+from _util import set_xla_optimizations, xla_optimizations  # noqa: E402
 
 from headflow.validation._cache import configure as configure_cache  # noqa: E402
 
@@ -109,11 +111,10 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
 
 @pytest.fixture(autouse=True, scope="module")
 def _fast_compile(request):
-    if request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE:
-        yield
-    else:
-        with xla_optimizations(False):
-            yield
+    # the module's setting, kept after it: the next module with the same setting reuses its
+    # programs, one with the other setting starts without them (`set_xla_optimizations`)
+    set_xla_optimizations(request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE)
+    yield
     # each worker process compiles thousands of programs over the suite. A later module that
     # calls a program with the same structure (the default attention ODE, say) reuses the
     # traced and compiled one, which saves tracing and lowering that the persistent cache
@@ -126,7 +127,7 @@ def _fast_compile(request):
         jax.clear_caches()
 
 
-_CLEAR_ABOVE_BYTES = 4 * 2**30
+_CLEAR_ABOVE_BYTES = 6 * 2**30
 
 
 def _resident_bytes() -> int | None:
