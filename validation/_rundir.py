@@ -160,12 +160,19 @@ removed by [`discard_active`][] on a forced exit)."""
 
 def discard_active() -> None:
     """Remove the temporary folders of every run in progress, and the parent folders those
-    runs created (a forced exit after an interrupt cannot unwind the runs' own clean-up)."""
+    runs created (a forced exit after an interrupt cannot unwind the runs' own clean-up).
+
+    The run may still be writing on its own thread (a figure, say) or removing the same
+    folder: a folder that a file reappeared in is removed again, for up to a second."""
     for tmp, created in list(_ACTIVE.items()):
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+        for _ in range(100):
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
+            if not tmp.exists():
+                break
+            time.sleep(0.01)
         _remove_empty(created)
         _ACTIVE.pop(tmp, None)
 
@@ -260,10 +267,12 @@ def run_dir(out: Path, *, command: str, config_toml: str | None = None,
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write results ({err.strerror})") from None
     finally:
-        _ACTIVE.pop(tmp, None)
+        # registered until the clean-up is over: a forced exit that comes in the middle of it
+        # (`discard_active`, on the main thread) still knows what to remove
         shutil.rmtree(tmp, ignore_errors=True)
         if not done:
             _remove_empty(created)
+        _ACTIVE.pop(tmp, None)
 
 
 @contextlib.contextmanager
@@ -297,12 +306,12 @@ def atomic_file(out: Path) -> Iterator[Path]:
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write ({err.strerror})") from None
     finally:
-        if tmp is not None:
-            _ACTIVE.pop(tmp, None)
-            if tmp.exists():
-                tmp.unlink()
+        if tmp is not None and tmp.exists():
+            tmp.unlink(missing_ok=True)
         if not done:
             _remove_empty(created)
+        if tmp is not None:
+            _ACTIVE.pop(tmp, None)        # after the clean-up, as in `run_dir`
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:
