@@ -111,32 +111,16 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
 
 @pytest.fixture(autouse=True, scope="module")
 def _fast_compile(request):
-    # the module's setting, kept after it: the next module with the same setting reuses its
-    # programs, one with the other setting starts without them (`set_xla_optimizations`)
+    # the module's setting (`set_xla_optimizations`: switching it drops the programs in memory)
     set_xla_optimizations(request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE)
     yield
-    # each worker process compiles thousands of programs over the suite. A later module that
-    # calls a program with the same structure (the default attention ODE, say) reuses the
-    # traced and compiled one, which saves tracing and lowering that the persistent cache
-    # cannot (a few percent of a module's CPU time; `benchmarks/RESULTS.md`, "The test
-    # suite"); past `_CLEAR_ABOVE_BYTES` of resident memory a finished module's programs are
-    # dropped, so a worker's memory stays bounded (a worker that kept every program once
-    # crashed inside XLA's compiler late in a run, with no reproducer)
-    resident = _resident_bytes()
-    if resident is None or resident > _CLEAR_ABOVE_BYTES:
-        jax.clear_caches()
-
-
-_CLEAR_ABOVE_BYTES = 6 * 2**30
-
-
-def _resident_bytes() -> int | None:
-    """This process's resident memory (Linux's `/proc/self/statm`; None elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    # each worker process compiles thousands of programs over the suite; dropping a finished
+    # module's programs keeps its memory from growing (a worker once crashed inside XLA's
+    # compiler late in a run, with no reproducer). Keeping them for the next modules saved 5%
+    # of four modules' CPU time run alone, but in full runs the modules late in a worker's
+    # share ran slower (`test_escape` 79 → 126 and 142 s): `benchmarks/RESULTS.md`, "The test
+    # suite"
+    jax.clear_caches()
 
 
 @pytest.fixture(autouse=True)

@@ -24,9 +24,8 @@ TRACE = "/jax/core/compile/jaxpr_trace_duration"
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    """Each test starts with no program in memory: the suite keeps a module's programs for the
-    next ones (`tests/conftest.py`), and a program an earlier module traced with the second
-    run's values would hide a second run that cannot reuse the first's."""
+    """Each test starts with no program in memory: a program an earlier test traced with the
+    second run's values would hide a second run that cannot reuse the first's."""
     jax.clear_caches()
 
 
