@@ -116,10 +116,9 @@ def _fast_compile(request):
     yield
     # each worker process compiles thousands of programs over the suite; dropping a finished
     # module's programs keeps its memory from growing (a worker once crashed inside XLA's
-    # compiler late in a run, with no reproducer). Keeping them for the next modules saved 5%
-    # of four modules' CPU time run alone, but in full runs the modules late in a worker's
-    # share ran slower (`test_escape` 79 → 126 and 142 s): `benchmarks/RESULTS.md`, "The test
-    # suite"
+    # compiler late in a run, with no reproducer). Keeping them for the next modules saves a
+    # little on a few modules run alone, but in full runs it made the modules late in a
+    # worker's share slower (`benchmarks/RESULTS.md`, "The test suite")
     jax.clear_caches()
 
 
