@@ -129,7 +129,7 @@ def test_escape_distributions_sde_and_sgd(tmp_path):
 
     cfg = load_config(None, [*CONFIG, "training.t_max=120.0", "output.n_save=61",
                              "sim.dim=400", "sde.dt=0.5", "sde.samples_noise=256"])
-    with optimized():                   # 64 runs of each: run time, not compile time, counts
+    with optimized():                   # hundreds of runs: run time, not compile time, counts
         out = escape_distributions(cfg, 400, 64, weight_runs=16)
     assert out["runs"] == {"sde": 64, "weights": 16, "overlaps": 64}
     for name in ("sde", "weights", "overlaps"):

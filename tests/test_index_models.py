@@ -272,8 +272,8 @@ def test_sde_and_chain_escape_times_agree():
     about 2.5, and a run still at the start by `t_max` counts as never escaping): the KS
     verdict is "agree" at this size, and neither statistic disagrees. The SDE's noise is
     factored by `eigh` (a Brownian motion of one component per order parameter, where the
-    default `nodes` drives one per noise node, 512 here, at five times the run time; both are
-    exact in law). (Doubling the SDE's diffusion factor, a mutation made and reverted, moves
+    default `nodes` drives one per noise node, 512 here, at a far larger cost; both are exact
+    in law). (Doubling the SDE's diffusion factor, a mutation made and reverted, moves
     its mean to 1.5 and the KS verdict off "agree".)"""
     cfg = load_config(None, ['model.kind="single_index"', 'model.activation="he2"',
                              'model.loss="correlation"', "model.spherical=true",
