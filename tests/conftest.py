@@ -111,14 +111,16 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
 
 @pytest.fixture(autouse=True, scope="module")
 def _fast_compile(request):
-    # the module's setting (`set_xla_optimizations`: switching it drops the programs in memory)
-    set_xla_optimizations(request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE)
+    # the module's setting (`set_xla_optimizations`: switching it drops the programs in memory);
+    # a module marked `fast_compile` as a whole is set once, not again around each test
+    set_xla_optimizations(request.module.__name__.rpartition(".")[2] not in _FAST_COMPILE
+                          and request.node.get_closest_marker("fast_compile") is None)
     yield
     # each worker process compiles thousands of programs over the suite; dropping a finished
     # module's programs keeps its memory from growing (a worker once crashed inside XLA's
     # compiler late in a run, with no reproducer). Keeping them for the next modules saves a
-    # little on a few modules run alone, but in full runs it made the modules late in a
-    # worker's share slower (`benchmarks/RESULTS.md`, "The test suite")
+    # little on a few modules run alone, and showed no gain in full runs (`benchmarks/RESULTS.md`,
+    # "The test suite")
     jax.clear_caches()
 
 
