@@ -72,12 +72,16 @@ def _chunk_fields(key, teacher: Teacher, model: Model, W: jax.Array, batch: int)
     return lam.astype(jnp.float64), y.astype(jnp.float64)
 
 
+def _optimizations_enabled() -> bool:
+    return not jax.config.values.get("jax_disable_most_optimizations", False)
+
+
 def set_xla_optimizations(enabled: bool) -> None:
     """Switch XLA's optimizations (`jax_disable_most_optimizations`). When the setting changes,
     the programs in memory are dropped first: JAX's in-memory caches do not key on the setting
     (its persistent cache does), so a program compiled at the other setting would otherwise be
     reused as it was compiled."""
-    if bool(jax.config.values.get("jax_disable_most_optimizations", False)) == enabled:
+    if _optimizations_enabled() != enabled:
         jax.clear_caches()
         jax.config.update("jax_disable_most_optimizations", not enabled)
 
@@ -86,7 +90,7 @@ def set_xla_optimizations(enabled: bool) -> None:
 def xla_optimizations(enabled: bool):
     """Set XLA's optimizations for the block ([`set_xla_optimizations`][]), then restore the
     previous setting."""
-    before = not bool(jax.config.values.get("jax_disable_most_optimizations", False))
+    before = _optimizations_enabled()
     set_xla_optimizations(enabled)
     try:
         yield

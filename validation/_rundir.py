@@ -306,7 +306,7 @@ def atomic_file(out: Path) -> Iterator[Path]:
     except OSError as err:
         raise HeadflowError(f"--out {out}: cannot write ({err.strerror})") from None
     finally:
-        if tmp is not None and tmp.exists():
+        if tmp is not None:
             tmp.unlink(missing_ok=True)
         if not done:
             _remove_empty(created)
