@@ -150,7 +150,7 @@ def solvers(cfg: d.Config, dim: int) -> None:
     import jax.numpy as jnp
 
     from headflow.dynamics.ode import Integrator, build_field, integrate
-    from headflow.dynamics.sde import get_sde_solver, solve_paths, step_grid
+    from headflow.dynamics.sde import get_brownian, get_sde_solver, solve_paths, step_grid
     from headflow.dynamics.models.attention import unflatten
 
     model = cfg.build_model()
@@ -174,7 +174,7 @@ def solvers(cfg: d.Config, dim: int) -> None:
                      ("drift_heun", 0.25)):
         grid = step_grid(times, dt)
         ys = solve_paths(sde, get_sde_solver(name), y0, bm_keys, jnp.asarray(times),
-                         jnp.asarray(grid), float(np.min(np.diff(grid))) / 8)
+                         jnp.asarray(grid), get_brownian(cfg.sde.brownian, grid))
         m = np.asarray(ys)
         ov = jax.vmap(jax.vmap(lambda v: unflatten(v, model.H, model.F)))(jnp.asarray(m))
         es = _escapes(times, np.asarray(ov.m), np.asarray(ov.q))

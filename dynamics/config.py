@@ -189,6 +189,8 @@ class SDESection:
     error_target: float = 0.05  # relative error of the paths' spread that the default node
                                 # counts aim for (1024 drift, 256 noise nodes at 0.05)
     noise: str = "nodes"        # "nodes": centred per-sample increments; "eigh": Σ^{1/2}
+    brownian: str = "increments"    # "increments": one Gaussian draw per step; "tree": a
+                                    # virtual Brownian tree (the same path at any step size)
     seed: int = 0               # of the initial draws and Brownian paths (path i: fold_in i)
 
     def validate(self) -> None:
@@ -209,6 +211,7 @@ class SDESection:
             raise ConfigError(f"sde.error_target = {self.error_target}: must be < 1 (a "
                               "relative error)")
         _choice("sde.noise", self.noise, ("nodes", "eigh"))
+        _choice("sde.brownian", self.brownian, ("increments", "tree"))
         _at_least("sde.seed", self.seed, 0)
 
 

@@ -161,25 +161,58 @@ def test_increment_mean_is_the_drift(on_manifold):
 
 # -- the solvers ----------------------------------------------------------------------------------
 
+def test_step_increments_are_a_brownian_motion_in_law():
+    """`StepIncrements` on an uneven grid: each step's increment is `N(0, h I)` (mean and
+    variance within their sampling error), the steps and the coordinates are uncorrelated, a
+    backward query is minus the forward one, and the same key gives the same increments."""
+    from headflow.dynamics.sde import StepIncrements, step_grid
+
+    grid = jnp.asarray(step_grid(np.array([0.0, 0.3, 1.0]), 0.25))   # steps 0.15 ×2, 0.233 ×3
+    h = np.diff(np.asarray(grid))
+    n, size = 4000, 2
+
+    def increments(key):
+        path = StepIncrements().path(key, grid, size)
+        return jax.vmap(path.evaluate)(grid[:-1], grid[1:])          # (steps, size)
+
+    dw = np.asarray(jax.jit(jax.vmap(increments))(jr.split(jr.key(3), n)))
+    z = dw / np.sqrt(h)[None, :, None]                               # N(0, 1) if exact
+    assert np.all(np.abs(z.mean(axis=0)) < 4 / np.sqrt(n))
+    assert np.all(np.abs(z.var(axis=0) - 1) < 4 * np.sqrt(2 / n))
+    corr = np.corrcoef(z.reshape(n, -1), rowvar=False)
+    assert np.max(np.abs(corr - np.eye(corr.shape[0]))) < 4.5 / np.sqrt(n)
+    path = StepIncrements().path(jr.key(3), grid, size)
+    np.testing.assert_array_equal(path.evaluate(grid[3], grid[2]), -path.evaluate(grid[2], grid[3]))
+    np.testing.assert_array_equal(increments(jr.key(3)), increments(jr.key(3)))
+
+
+@pytest.mark.parametrize("brownian", ["increments", "tree"])
 @pytest.mark.parametrize("name", ["euler", "drift_heun"])
-def test_solvers_converge_to_the_ito_solution(name):
-    """`dy = y dW` (Itô): `E y(1) = y(0)`; a Stratonovich solver would give `e^{1/2}`. And
-    `dy = −y dt`: Heun's drift is second order, Euler's first."""
+def test_solvers_converge_to_the_ito_solution(name, brownian):
+    """`dy = y dW` (Itô): `E y(1) = y(0)` and `Var y(1) = e − 1`; a Stratonovich solver would
+    give `E y(1) = e^{1/2}`. And `dy = −y dt`: Heun's drift is second order, Euler's first. With
+    either Brownian motion on the fixed step grid."""
     import diffrax as dfx
 
-    from headflow.dynamics.sde import get_sde_solver
+    from headflow.dynamics.sde import get_brownian, get_sde_solver, step_grid
 
     solver = get_sde_solver(name)
 
     def y_at_one(key, drift, noise, dt):
-        bm = dfx.VirtualBrownianTree(0.0, 1.0, tol=dt / 8, shape=(1,), key=key)
+        grid = step_grid(np.array([0.0, 1.0]), dt)
+        bm = get_brownian(brownian, grid).path(key, jnp.asarray(grid), 1)
         terms = dfx.MultiTerm(dfx.ODETerm(drift), dfx.ControlTerm(noise, bm))
-        return dfx.diffeqsolve(terms, solver, 0.0, 1.0, dt, jnp.ones(1)).ys[-1, 0]
+        return dfx.diffeqsolve(terms, solver, 0.0, 1.0, None, jnp.ones(1),
+                               stepsize_controller=dfx.StepTo(ts=jnp.asarray(grid))).ys[-1, 0]
 
     keys = jr.split(jr.key(0), 1000)
     ys = np.asarray(jax.jit(jax.vmap(lambda k: y_at_one(
         k, lambda t, y, a: 0.0 * y, lambda t, y, a: y[:, None], 0.1)))(keys))
     assert abs(ys.mean() - 1.0) < 4 * ys.std() / np.sqrt(len(ys)), ys.mean()
+    # Var y(1) = e − 1 in the limit; Euler–Maruyama's at h = 0.1 is (1 + h)^10 − 1 exactly
+    var, n = ys.var(), len(ys)
+    assert abs(var - (1.1 ** 10 - 1)) < 4 * var * np.sqrt((np.mean((ys - ys.mean()) ** 4)
+                                                           / var ** 2 - 1) / n), var
     y = float(y_at_one(keys[0], lambda t, y, a: -y, lambda t, y, a: 0.0 * y[:, None], 0.1))
     err = abs(y - np.exp(-1.0))
     assert err < (1e-3 if name == "drift_heun" else 3e-2) and err > (1e-4 if name ==

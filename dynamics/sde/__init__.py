@@ -14,6 +14,12 @@ from ._run import solve_groups as solve_groups
 from ._run import SDESetup as SDESetup
 from ._run import sde_setup as sde_setup
 from ._solve import NOISE_FACTORS as NOISE_FACTORS
+from ._solve import BROWNIAN as BROWNIAN
+from ._solve import AbstractBrownian as AbstractBrownian
+from ._solve import BrownianTree as BrownianTree
+from ._solve import GridIncrements as GridIncrements
+from ._solve import StepIncrements as StepIncrements
+from ._solve import get_brownian as get_brownian
 from ._solve import SOLVERS as SOLVERS
 from ._solve import OverlapSDE as OverlapSDE
 from ._solve import domain as domain

@@ -30,7 +30,7 @@ from ..ode import adjoint_of, model_field, named_start, traced_values
 from ..ode._models import as_float64, check_curve_params
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import _power_of_two, sde_setup
-from ._solve import OverlapSDE, solve_paths
+from ._solve import AbstractBrownian, OverlapSDE, solve_paths
 
 
 class ModelDiffusion(AbstractDiffusion):
@@ -203,7 +203,7 @@ class SDECurve(eqx.Module):
     adjoint: Any
     hyper: tuple = eqx.field(static=True)
     dim: int = eqx.field(static=True)
-    tol: float = eqx.field(static=True)
+    brownian: AbstractBrownian
 
     @classmethod
     def from_config(cls, cfg: Config, *, paths: int | None = None, dim: int | None = None,
@@ -225,7 +225,7 @@ class SDECurve(eqx.Module):
         return cls(sde=s.sde, start=start, risk=model.curve_risk(cfg, sde=True),
                    solver=s.solver, ts=jnp.asarray(s.times), grid=jnp.asarray(s.grid),
                    init_keys=s.init_keys, bm_keys=s.bm_keys, base=base,
-                   adjoint=adjoint_of(adjoint), hyper=hyper, dim=s.dim, tol=s.tol)
+                   adjoint=adjoint_of(adjoint), hyper=hyper, dim=s.dim, brownian=s.brownian)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -250,7 +250,7 @@ class SDECurve(eqx.Module):
         diff, model = diffusion.field, diffusion.model
         y0 = jax.vmap(lambda k: diff.flatten(diffusion.start(model, k, self.dim)))(
             self.init_keys)
-        ys = solve_paths(sde, self.solver, y0, self.bm_keys, self.ts, self.grid, self.tol,
+        ys = solve_paths(sde, self.solver, y0, self.bm_keys, self.ts, self.grid, self.brownian,
                          self.adjoint)
         flat = ys.reshape(-1, ys.shape[-1])
         r = jax.lax.map(lambda y: self.risk(model, diff.unflatten(y)), flat,

@@ -24,7 +24,8 @@ from ..measures import escape_crossing
 from ..ode import bounded, model_arrays
 from ..sharding import gather, shard_leading
 from ._diffusion import AbstractDiffusion
-from ._solve import OverlapSDE, domain, get_sde_solver, solve_paths, step_grid
+from ._solve import (AbstractBrownian, OverlapSDE, domain, get_brownian, get_sde_solver,
+                     solve_paths, step_grid)
 
 
 class SDEResult(eqx.Module):
@@ -144,16 +145,16 @@ def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,
 @dataclasses.dataclass(frozen=True)
 class SDESetup:
     """What an ensemble of SDE paths of a config is run with ([`sde_setup`][]): the `model`,
-    the dimension `dim` and number of `paths`, the save `times`, the step `grid` and the
-    Brownian trees' `tol`, the `sde` and its `solver`, and each path's initial-state and
-    Brownian keys."""
+    the dimension `dim` and number of `paths`, the save `times`, the step `grid` and how the
+    Brownian paths are drawn (`brownian`), the `sde` and its `solver`, and each path's
+    initial-state and Brownian keys."""
 
     model: Any
     dim: int
     paths: int
     times: np.ndarray
     grid: np.ndarray
-    tol: float
+    brownian: AbstractBrownian
     sde: OverlapSDE
     solver: Any
     init_keys: Key[Array, " n"]
@@ -178,13 +179,13 @@ def sde_setup(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     grid = step_grid(ts, cfg.sde.dt)
     init_keys, bm_keys = path_keys(cfg.sde.seed, N)
     return SDESetup(model=model, dim=D, paths=N, times=ts, grid=grid,
-                    tol=float(np.min(np.diff(grid))) / 8.0, sde=build_sde(cfg, D, model),
+                    brownian=get_brownian(cfg.sde.brownian, grid), sde=build_sde(cfg, D, model),
                     solver=get_sde_solver(cfg.sde.solver), init_keys=init_keys,
                     bm_keys=bm_keys)
 
 
 def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: np.ndarray,
-                 tol: float, *, group: int | None, progress: bool, desc: str
+                 brownian: AbstractBrownian, *, group: int | None, progress: bool, desc: str
                  ) -> tuple[Array, float, float]:
     """Every path of `y0` (with its Brownian key), in groups of `group` (default 8 per device,
     vmapped, sharded over the devices), honouring stop requests between groups.
@@ -205,7 +206,8 @@ def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: 
             check_stop()
             idx = np.minimum(np.arange(start, start + g), N - 1)   # pad the last group
             args = shard_leading((y0[idx], bm_keys[idx]))
-            out = jax.block_until_ready(solve_paths(sde, solver, *args, ts, grid_j, tol))
+            out = jax.block_until_ready(solve_paths(sde, solver, *args, ts, grid_j,
+                                                          brownian))
             if start == 0:
                 compile_s = time.perf_counter() - t0
             ys.append(np.asarray(gather(out, min(g, N - start))))
@@ -236,7 +238,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     check_stop()
     model, D, N, times, grid, sde = s.model, s.dim, s.paths, s.times, s.grid, s.sde
     y0 = initial_states(cfg, model, s.init_keys, D, sde.diffusion)
-    y, compile_s, run_s = solve_groups(sde, s.solver, y0, s.bm_keys, times, grid, s.tol,
+    y, compile_s, run_s = solve_groups(sde, s.solver, y0, s.bm_keys, times, grid, s.brownian,
                                        group=group, progress=progress, desc=f"SDE D={D} x{N}")
     valid = domain(y, sde.diffusion)
     ok = np.asarray(valid)
@@ -246,6 +248,7 @@ def run_sde(cfg: Config, *, dim: int | None = None, paths: int | None = None,
     exact = cfg.ode.expectation == "exact"
     info = {"dim": D, "paths": N, "steps": int(len(grid) - 1), "dt": cfg.sde.dt,
             "solver": cfg.sde.solver, "noise": cfg.sde.noise,
+            "brownian": cfg.sde.brownian,
             "drift": cfg.ode.expectation,
             **({} if exact else {"samples_drift": drift_samples(cfg)}),
             "samples_noise": int(getattr(sde.diffusion, "samples", noise_samples(cfg))),

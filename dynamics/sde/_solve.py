@@ -3,6 +3,7 @@ path per sample path (`docs/sde.md#integration`)."""
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -123,23 +124,105 @@ def step_grid(times: np.ndarray, dt: float) -> np.ndarray:
     return np.concatenate(parts + [times[-1:]])
 
 
-def brownian(key: PRNGKeyArray, t0: Float[Array, ""] | float, t1: Float[Array, ""] | float,
-             tol: float, size: int
-             ) -> dfx.VirtualBrownianTree:
-    """The Brownian motion of one path: a virtual Brownian tree on `[t0, t1]` (exact in law at
-    every query time; the same key gives the same path whatever the steps)."""
-    return dfx.VirtualBrownianTree(t0, t1, tol=tol, shape=(size,), key=key)
+class GridIncrements(dfx.AbstractBrownianPath):
+    """A Brownian motion drawn as one independent Gaussian increment per step of a fixed grid:
+    the increment over the step `[grid[i], grid[i+1]]` is `√(grid[i+1] − grid[i]) · N(0, I)`
+    from the key `fold_in(key, i)`. Exact in law for a solver that asks for the increments of
+    the grid's steps (a fixed-step solve on `dfx.StepTo(ts=grid)`, forwards or backwards); an
+    interval that is not a step of the grid gets the increment of the step its left end lies
+    in, which is not a Brownian increment. The same key and grid give the same path."""
+
+    grid: Float[Array, " K"]
+    key: PRNGKeyArray
+    size: int = eqx.field(static=True)
+    levy_area: type[dfx.BrownianIncrement] = eqx.field(static=True)
+
+    def __init__(self, grid: Float[Array, " K"], key: PRNGKeyArray, size: int):
+        self.grid, self.key, self.size = grid, key, size
+        self.levy_area = dfx.BrownianIncrement
+
+    @property
+    def t0(self):
+        return self.grid[0]
+
+    @property
+    def t1(self):
+        return self.grid[-1]
+
+    def evaluate(self, t0, t1=None, left: bool = True, use_levy: bool = False):
+        del left
+        if t1 is None or use_levy:
+            raise NotImplementedError("GridIncrements gives the increments of its grid's steps "
+                                      "only (no point values, no Lévy area)")
+        t0, t1 = jax.lax.stop_gradient(t0), jax.lax.stop_gradient(t1)
+        step = jnp.clip(jnp.searchsorted(self.grid, jnp.minimum(t0, t1), side="right") - 1,
+                        0, self.grid.shape[0] - 2)
+        h = t1 - t0
+        z = jax.random.normal(jax.random.fold_in(self.key, step), (self.size,),
+                              self.grid.dtype)
+        return jnp.sign(h) * jnp.sqrt(jnp.abs(h)) * z
+
+
+class AbstractBrownian(eqx.Module):
+    """How the Brownian motion of a path is drawn (`[sde] brownian`, [`get_brownian`][]):
+    `path(key, grid, size)` is the `size`-dimensional Brownian path of the key `key` for a solve
+    on the step grid `grid`."""
+
+    @abc.abstractmethod
+    def path(self, key: PRNGKeyArray, grid: Float[Array, " K"], size: int
+             ) -> dfx.AbstractBrownianPath:
+        raise NotImplementedError
+
+
+class StepIncrements(AbstractBrownian):
+    """One Gaussian increment per step ([`GridIncrements`][]): one normal draw of the
+    Brownian dimension per step. Another step size gives another path, equally exact in law."""
+
+    def path(self, key, grid, size):
+        return GridIncrements(grid=grid, key=key, size=size)
+
+
+class BrownianTree(AbstractBrownian):
+    """diffrax's virtual Brownian tree on `[grid[0], grid[-1]]`, resolved to `tol`: the same
+    key gives the same Brownian path whatever the steps (for path-wise comparisons across step
+    sizes), at the cost of a descent of the tree, `log2((t1 − t0)/tol)` levels of normal draws
+    of the Brownian dimension, at both ends of every step."""
+
+    tol: float = eqx.field(static=True)
+
+    @classmethod
+    def for_grid(cls, grid: np.ndarray) -> BrownianTree:
+        """Resolved to an eighth of the grid's smallest step."""
+        return cls(tol=float(np.min(np.diff(np.asarray(grid, np.float64)))) / 8.0)
+
+    def path(self, key, grid, size):
+        return dfx.VirtualBrownianTree(grid[0], grid[-1], tol=self.tol, shape=(size,), key=key)
+
+
+BROWNIAN = ("increments", "tree")
+"""How the Brownian paths are drawn (`[sde] brownian`): `"increments"` ([`StepIncrements`][],
+one draw per step) or `"tree"` ([`BrownianTree`][], the same path whatever the steps)."""
+
+
+def get_brownian(name: str, grid: np.ndarray) -> AbstractBrownian:
+    """The Brownian motion of `[sde] brownian` (see [`BROWNIAN`][]) for the step grid `grid`."""
+    if name == "increments":
+        return StepIncrements()
+    if name == "tree":
+        return BrownianTree.for_grid(grid)
+    raise ConfigError(f"sde.brownian = {name!r}: choose one of {', '.join(BROWNIAN)}")
 
 
 @eqx.filter_jit
 def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n p"],
                 keys: Key[Array, " n"], ts: Float[Array, " T"], grid: Float[Array, " K"],
-                tol: float, adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint()
+                brownian: AbstractBrownian,
+                adjoint: dfx.AbstractAdjoint = dfx.RecursiveCheckpointAdjoint()
                 ) -> Float[Array, "n T p"]:
     """Integrate the SDE with `solver` ([`get_sde_solver`][]) for each path (`y0`, `keys`: a
     leading path axis, vmapped) from `ts[0]` to `ts[-1]` on the step grid `grid` (a
-    [`step_grid`][]), saving at `ts`. The Brownian motion of a path lives on
-    `[ts[0], ts[-1]]`, resolved to `tol`. `adjoint`: how the solve is differentiated
+    [`step_grid`][]), saving at `ts`. Each path's Brownian motion is `brownian.path` of its key
+    ([`AbstractBrownian`][]). `adjoint`: how the solve is differentiated
     (diffrax's; `dfx.ForwardMode()` for forward-mode Jacobians, `headflow.dynamics.ode.adjoint_of`).
     The drift is evaluated for the paths of a device at once, in node chunks sized for that
     batch ([`headflow.dynamics.fields.AbstractField.batched`][])."""
@@ -147,7 +230,7 @@ def solve_paths(sde: OverlapSDE, solver: dfx.AbstractSolver, y0: Float[Array, "n
 
     def one(y, key):
         terms = dfx.MultiTerm(dfx.ODETerm(sde.drift_vf), dfx.ControlTerm(
-            sde.diffusion_vf, brownian(key, ts[0], ts[-1], tol, sde.control_size)))
+            sde.diffusion_vf, brownian.path(key, grid, sde.control_size)))
         sol = dfx.diffeqsolve(terms, solver, t0=ts[0], t1=ts[-1], dt0=None, y0=y,
                               saveat=dfx.SaveAt(ts=ts), stepsize_controller=dfx.StepTo(ts=grid),
                               max_steps=int(grid.shape[0]) + 1, throw=False,
