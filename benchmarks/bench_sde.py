@@ -7,6 +7,7 @@ noise factors.
     python benchmarks/bench_sde.py --cost [CONFIG] [--dims 4000,1000000] [--paths 256] [--seeds 16]
     python benchmarks/bench_sde.py --factors [CONFIG]
     python benchmarks/bench_sde.py --solvers [CONFIG] [--dim 4000]
+    python benchmarks/bench_sde.py --brownian [CONFIG] [--dim 1000] [--paths 64]
 
 Ensemble mode (default): `--paths` SDE paths and `--seeds` SGD seeds at `--dim` on the same
 config (default `validation/configs/demo.toml`), the risk recorded on the same nodes. Printed:
@@ -32,6 +33,12 @@ that model are a fair comparison), timed per step in this run as the difference 
 lengths (its compilation excluded, so the baseline is the cheapest the simulation can be) and
 multiplied by `t_max·D` steps: run to the end, it would take minutes at D = 4000 and more than
 a year at 10⁶.
+
+`--brownian`: the two ways of drawing the Brownian paths (`[sde] brownian`): `--paths` paths
+at `--dim` with `"increments"` (one Gaussian draw per step) and with `"tree"` (diffrax's virtual
+Brownian tree), each run twice in this process (the first call compiles, the second is the
+integration alone); printed: the wall times, their ratio, and whether the two ensembles have one
+law (the mean risks' largest |z| over the saved times, and the KS p-value of the escape times).
 
 `--factors`: wall time of one evaluation of the drift (`FullField` at `[sde] samples_drift`
 nodes) and of the diffusion factored from the centred increments (`"nodes"`) and by `eigh`
@@ -101,6 +108,31 @@ def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
           f"SGD {_quantiles(eg)} ({len(fin_g)}/{len(eg)}); KS p = {p:.3g}")
     print(f"  wall: SDE {t_sde:.1f} s ({sde.info['first_group_s']:.1f} s first group, "
           f"compilation included), SGD {t_sgd:.1f} s")
+
+
+def brownian(cfg: d.Config, dim: int, paths: int) -> None:
+    runs, walls = {}, {}
+    for name in ("increments", "tree"):
+        c = cfg.replace(**{"sde.brownian": name})
+        walls[name] = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            runs[name] = run_sde(c, dim=dim, paths=paths)
+            walls[name].append(time.perf_counter() - t0)
+        print(f"  {name:>10s}: {walls[name][0]:.2f} s (compilation included), then "
+              f"{walls[name][1]:.2f} s; {runs[name].info['brownian_dim']} Brownian components, "
+              f"{runs[name].info['steps']} steps", flush=True)
+    print(f"D = {dim}, {paths} paths: tree / increments = "
+          f"{walls['tree'][1] / walls['increments'][1]:.2f} (second calls), "
+          f"{walls['tree'][0] / walls['increments'][0]:.2f} (first calls)")
+    a, b = np.asarray(runs["increments"].risk), np.asarray(runs["tree"].risk)
+    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
+    z = np.abs(a.mean(0) - b.mean(0))[1:] / se[1:]
+    ea, eb = runs["increments"].escape_times(), runs["tree"].escape_times()
+    fa, fb = ea[np.isfinite(ea)], eb[np.isfinite(eb)]
+    p = st.ks_2samp(fa, fb).pvalue if len(fa) > 1 and len(fb) > 1 else np.nan
+    print(f"  one law: mean risks max |z| = {z.max():.2f} over {len(z)} times; escape times "
+          f"(10/50/90%) increments {_quantiles(ea)}, tree {_quantiles(eb)}, KS p = {p:.3g}")
 
 
 def cost(cfg: d.Config, dims: list[int], paths: int, seeds: int) -> None:
@@ -193,12 +225,15 @@ def main() -> None:
     p.add_argument("--factors", action="store_true")
     p.add_argument("--solvers", action="store_true")
     p.add_argument("--cost", action="store_true")
+    p.add_argument("--brownian", action="store_true")
     p.add_argument("--dims", default="4000,1000000", help="with --cost")
     args = p.parse_args()
     cfg = d.load_config(args.config, args.set)
     if args.cost:
         cost(cfg, [int(x) for x in args.dims.split(",")], args.paths,
              16 if args.seeds is None else args.seeds)
+    elif args.brownian:
+        brownian(cfg, args.dim, args.paths)
     elif args.factors:
         factors(cfg, args.dim)
     elif args.solvers:
