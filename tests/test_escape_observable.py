@@ -156,9 +156,9 @@ n_save = 25
 def test_sde_one_student_reports_escapes(registered):
     """A short SDE ensemble at D = 100 (8 paths, t ≤ 12): the paths start at alignment ~0.1
     and most escape (above 0.5 at the end; the law's escape times have a tail beyond t = 12,
-    so not every path), and `SDEResult.escape_times` (what `headflow sde`
-    writes and reports) finds each crossing, with finite quantiles; the spread rule reported
-    no escape at all on the same paths."""
+    so not every path), and `SDEResult.escape_times` (what `headflow sde` writes and reports)
+    finds each crossing, with finite quantiles; the spread rule reported no escape at all on
+    the same paths."""
     cfg = Config.from_toml(TOML)
     res = run_sde(cfg)
     arrays = res.arrays()

@@ -206,8 +206,8 @@ def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: 
             check_stop()
             idx = np.minimum(np.arange(start, start + g), N - 1)   # pad the last group
             args = shard_leading((y0[idx], bm_keys[idx]))
-            out = jax.block_until_ready(solve_paths(sde, solver, *args, ts, grid_j,
-                                                          brownian))
+            out = jax.block_until_ready(
+                solve_paths(sde, solver, *args, ts, grid_j, brownian))
             if start == 0:
                 compile_s = time.perf_counter() - t0
             ys.append(np.asarray(gather(out, min(g, N - start))))
