@@ -78,6 +78,19 @@ def _quantiles(e: np.ndarray) -> str:
     return " / ".join(f"{x:.3g}" for x in qs)
 
 
+def _mean_z(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The difference of the mean risks of two ensembles (runs × times) at each time, in
+    combined standard errors."""
+    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
+    return (a.mean(0) - b.mean(0)) / se
+
+
+def _ks_p(ea: np.ndarray, eb: np.ndarray) -> float:
+    """The two-sample KS p-value of the finite escape times (NaN with fewer than two a side)."""
+    fa, fb = ea[np.isfinite(ea)], eb[np.isfinite(eb)]
+    return st.ks_2samp(fa, fb).pvalue if len(fa) > 1 and len(fb) > 1 else np.nan
+
+
 def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
     t0 = time.perf_counter()
     sde = run_sde(cfg, dim=dim, paths=paths, progress=True)
@@ -88,8 +101,7 @@ def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
     t_sgd = time.perf_counter() - t0
     t = np.asarray(sde.t)
     a, b = np.asarray(sde.risk), np.asarray(sgd.risk)
-    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
-    z = (a.mean(0) - b.mean(0)) / se
+    z = _mean_z(a, b)
     ratio = a.std(0, ddof=1)[1:] / b.std(0, ddof=1)[1:]
     print(f"D = {dim}: {paths} SDE paths ({sde.info['steps']} steps of dt <= {cfg.sde.dt}, "
           f"drift {sde.info['samples_drift']} nodes, noise {sde.info['samples_noise']} nodes, "
@@ -103,7 +115,7 @@ def ensemble(cfg: d.Config, dim: int, paths: int, seeds: int) -> None:
     es, eg = sde.escape_times(), _escapes(t, np.asarray(sgd.overlaps.m),
                                           np.asarray(sgd.overlaps.q))
     fin_s, fin_g = es[np.isfinite(es)], eg[np.isfinite(eg)]
-    p = st.ks_2samp(fin_s, fin_g).pvalue if len(fin_s) > 1 and len(fin_g) > 1 else np.nan
+    p = _ks_p(es, eg)
     print(f"  escape times (10/50/90%): SDE {_quantiles(es)} ({len(fin_s)}/{len(es)} escaped), "
           f"SGD {_quantiles(eg)} ({len(fin_g)}/{len(eg)}); KS p = {p:.3g}")
     print(f"  wall: SDE {t_sde:.1f} s ({sde.info['first_group_s']:.1f} s first group, "
@@ -126,11 +138,9 @@ def brownian(cfg: d.Config, dim: int, paths: int) -> None:
           f"{walls['tree'][1] / walls['increments'][1]:.2f} (second calls), "
           f"{walls['tree'][0] / walls['increments'][0]:.2f} (first calls)")
     a, b = np.asarray(runs["increments"].risk), np.asarray(runs["tree"].risk)
-    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
-    z = np.abs(a.mean(0) - b.mean(0))[1:] / se[1:]
+    z = np.abs(_mean_z(a, b))[1:]             # t = 0: both ensembles start from the same draws
     ea, eb = runs["increments"].escape_times(), runs["tree"].escape_times()
-    fa, fb = ea[np.isfinite(ea)], eb[np.isfinite(eb)]
-    p = st.ks_2samp(fa, fb).pvalue if len(fa) > 1 and len(fb) > 1 else np.nan
+    p = _ks_p(ea, eb)
     print(f"  one law: mean risks max |z| = {z.max():.2f} over {len(z)} times; escape times "
           f"(10/50/90%) increments {_quantiles(ea)}, tree {_quantiles(eb)}, KS p = {p:.3g}")
 
