@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,8 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from _cost import HERE, PEAK_N, ROOT, elementwise_s, headflow, peak_flops, rhs_cost, run
 
 CONFIG = """[model]
 kind = "committee"
@@ -62,68 +60,6 @@ atol = 1e-8
 [output]
 n_save = 101
 """
-
-
-def _run(cmd: list[str], env: dict) -> tuple[float, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{p.stdout}\n{p.stderr}")
-    return wall, p.stdout
-
-
-_PEAK_N = 2048
-
-
-def _best_s(fn, *args, repeat: int = 5) -> float:
-    """The shortest of `repeat` timed calls of the jitted `fn(*args)`, after one that compiles
-    it."""
-    import jax
-
-    f = jax.jit(fn)
-    f(*args).block_until_ready()
-    best = np.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f(*args).block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _peak_flops() -> float:
-    """The machine's float64 peak, as a dense `_PEAK_N`² matrix product reaches it (FLOP/s,
-    best of 5, compiled first)."""
-    import jax.numpy as jnp
-
-    a = jnp.asarray(np.random.default_rng(0).normal(size=(_PEAK_N, _PEAK_N)))
-    return 2.0 * _PEAK_N**3 / _best_s(jnp.matmul, a, a)
-
-
-def _transcendental_s() -> float:
-    """Seconds per float64 `arcsin` (the costliest transcendental of the erf integrals) on a
-    long vector, best of 5."""
-    import jax.numpy as jnp
-
-    x = jnp.linspace(-0.9, 0.9, 1 << 20)
-    return _best_s(jnp.arcsin, x) / x.size
-
-
-def _rhs_cost(prob, batch: int = 256) -> tuple[float, float]:
-    """The flops and transcendental functions of one evaluation of the sweep's right-hand
-    side, counted by XLA on the vectorized field of `batch` points (per point)."""
-    import jax
-    import jax.numpy as jnp
-
-    field = prob.field
-    ys = jax.tree.map(lambda x: jnp.broadcast_to(x, (batch, *jnp.shape(x))), prob.start)
-    cost = jax.jit(jax.vmap(lambda y: field(0.0, y))).lower(ys).compile().cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    return cost["flops"] / batch, cost.get("transcendentals", 0.0) / batch
-
-
-def _headflow(args: list[str]) -> list[str]:
-    return [sys.executable, "-m", "headflow.validation", *args]
 
 
 def main() -> None:
@@ -161,11 +97,11 @@ def main() -> None:
     np.savez(start, **named)
 
     # (a) the sweep against the SciPy loop, at every grid size
-    rhs_flops, rhs_trans = _rhs_cost(prob)
-    peak, trans_s = _peak_flops(), _transcendental_s()
+    rhs_flops, rhs_trans = rhs_cost(prob)
+    peak, trans_s = peak_flops(), elementwise_s("arcsin")
     print(f"config: K = 4, M = 2, erf, t = 1000, rtol 1e-6, atol 1e-8; one right-hand side "
           f"{rhs_flops:.3g} flops and {rhs_trans:.3g} transcendentals (XLA's count, batched); "
-          f"float64 peak of this machine {peak / 1e9:.1f} GFLOP/s (dense {_PEAK_N}² matrix "
+          f"float64 peak of this machine {peak / 1e9:.1f} GFLOP/s (dense {PEAK_N}² matrix "
           f"product, best of 5); one float64 arcsin {1e9 * trans_s:.1f} ns "
           f"({trans_s * peak:.0f} flops at that peak)", flush=True)
     for side in args.sides:
@@ -176,18 +112,18 @@ def main() -> None:
                 "--grid", "model.noise=" + ",".join(map(str, noises))]
         sweep_s = {}
         env_a = {**env, "HEADFLOW_CACHE_DIR": str(work / f"cache_{n}")}
-        for run in ("cold", "warm"):
-            out = work / f"sweep_{n}_{run}"
-            sweep_s[run], _ = _run(_headflow(["sweep", str(cfg_path), *grid, "--out", str(out)]),
+        for kind in ("cold", "warm"):
+            out = work / f"sweep_{n}_{kind}"
+            sweep_s[kind], _ = run(headflow(["sweep", str(cfg_path), *grid, "--out", str(out)]),
                                    env_a)
         warm = work / f"sweep_{n}_warm"
         data = np.load(warm / "sweep.npz")
         risk, steps = data["risk"][:, -1], data["steps"]
         solve_s = json.loads((warm / "meta.json").read_text())["wall_s"]["sweep"]
         scipy_out = work / f"scipy_{n}.npz"
-        scipy_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
-                           "--lr", *map(str, lrs), "--noise", *map(str, noises),
-                           "--out", str(scipy_out)], env)
+        scipy_s, _ = run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
+                          "--lr", *map(str, lrs), "--noise", *map(str, noises),
+                          "--out", str(scipy_out)], env)
         ref = np.load(scipy_out)["eps"]
         # tsit5 (FSAL) evaluates the right-hand side 6 times a step, accepted or rejected
         evals = 6 * steps.mean() + 1
@@ -228,19 +164,19 @@ def main() -> None:
     env_b = {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_b")}
     warm_cfg = work / "k4_warm.toml"
     warm_cfg.write_text(CONFIG + "# the warm run\n")
-    for run, path in (("cold", cfg_path), ("warm", warm_cfg)):
-        ode_s[run], _ = _run(_headflow(["ode", str(path), "--out", str(work / f"ode_{run}")]),
+    for kind, path in (("cold", cfg_path), ("warm", warm_cfg)):
+        ode_s[kind], _ = run(headflow(["ode", str(path), "--out", str(work / f"ode_{kind}")]),
                              env_b)
-    one_s, _ = _run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
-                     "--lr", "0.5", "--noise", "0.1"], env)
+    one_s, _ = run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
+                    "--lr", "0.5", "--noise", "0.1"], env)
     print(f"(b) headflow ode end to end {ode_s['cold']:.1f} s cold, {ode_s['warm']:.1f} s warm; "
           f"one SciPy run end to end {one_s:.2f} s; ratio {ode_s['cold'] / one_s:.1f} cold, "
           f"{ode_s['warm'] / one_s:.1f} warm (target ≤ 3)", flush=True)
 
     # the floor of any JAX program: import JAX and diffrax, one jitted solve, cache warm
     floor_cmd = [sys.executable, str(HERE / "_jax_floor.py"), str(work / "cache_floor")]
-    _run(floor_cmd, env)                                              # fills the cache
-    floor_s = min(_run(floor_cmd, env)[0] for _ in range(3))
+    run(floor_cmd, env)                                              # fills the cache
+    floor_s = min(run(floor_cmd, env)[0] for _ in range(3))
     print(f"(floor) a fresh process importing JAX and diffrax and running one jitted diffrax "
           f"solve of a one-line ODE, compilation cached (best of 3): {floor_s:.2f} s = "
           f"{floor_s / one_s:.1f} one SciPy run (the least (b) can reach), {scipy_s / floor_s:.1f}"

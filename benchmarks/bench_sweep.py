@@ -1,0 +1,124 @@
+"""What one point of an attention sweep costs, against one `headflow ode` run of the same
+point. Every ratio is between times measured in this one run.
+
+    python benchmarks/bench_sweep.py [--config validation/configs/demo.toml] [--t-max 20]
+        [--points 4,16,64] [--lr 0.6,1.2]
+
+For each grid size n of `--points`: `headflow sweep CONFIG --grid training.lr=...` (n learning
+rates evenly spaced in `--lr`), end to end in a fresh process, with an empty cache folder
+("cold") and again with the cache it left ("warm": the compiled programs come from the cache,
+the results do not, since the config file differs by a comment). Against it: one
+`headflow ode` run of the config end to end, cold and warm the same way. It prints
+
+- the sweep per point, end to end and its vectorized solve (`meta.json`'s `wall_s.sweep`,
+  and the same less JAX's tracing, lowering, compiling and cache loading), against one run end
+  to end and its arithmetic (`wall_s["ode.integrate"]` and `wall_s["ode.risk"]`): a sweep pays
+  when a point costs less than a run;
+- the lockstep: the points of a vectorized solve advance together, so each pays for the
+  steps of the one that needs most (largest over mean steps);
+- the flop limit of a point: the right-hand-side evaluations its steps made (6 a tsit5 step)
+  times the flops of one evaluation (XLA's count) over the machine's float64 peak (a dense
+  matrix product timed in this run), and the same with each transcendental function at the
+  measured cost of an `exp`, against the solve per point less JAX's front end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from _cost import PEAK_N, ROOT, elementwise_s, headflow, peak_flops, rhs_cost, run
+
+
+def _values(text: str) -> list[float]:
+    return [float(v) for v in text.split(",")]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default=str(ROOT / "validation" / "configs" / "demo.toml"))
+    p.add_argument("--t-max", type=float, default=20.0)
+    p.add_argument("--points", type=lambda v: [int(x) for x in v.split(",")],
+                   default=[4, 16, 64], help="grid sizes (default 4,16,64)")
+    p.add_argument("--lr", type=_values, default=[0.6, 1.2],
+                   help="the range of training.lr the points span (default 0.6,1.2)")
+    args = p.parse_args()
+
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import headflow.dynamics as d
+    from headflow.dynamics.ode import build
+
+    work = Path(tempfile.mkdtemp(prefix="bench_sweep_"))
+    text = Path(args.config).read_text() + "\n# bench_sweep\n"
+    cfg_path = work / "config.toml"
+    cfg_path.write_text(text)
+    sets = ["--set", f"training.t_max={args.t_max}"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+    cfg = d.load_config(str(cfg_path), [f"training.t_max={args.t_max}"])
+    flops, trans = rhs_cost(build(cfg), batch=8)
+    peak, exp_s = peak_flops(), elementwise_s("exp")
+    print(f"config: {Path(args.config).name}, t = {args.t_max}, {cfg.ode.samples} nodes "
+          f"({cfg.ode.expectation}), rtol {cfg.ode.rtol}; one right-hand side {flops:.3g} flops "
+          f"and {trans:.3g} transcendentals (XLA's count, batched); float64 peak of this machine "
+          f"{peak / 1e9:.1f} GFLOP/s (dense {PEAK_N}² matrix product, best of 5); one float64 exp"
+          f" {1e9 * exp_s:.1f} ns", flush=True)
+
+    # one run, cold then warm (the warm config differs by a comment: computed, not replayed)
+    one: dict[str, float] = {}
+    env_one = {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_ode")}
+    for kind in ("cold", "warm"):
+        path = work / f"ode_{kind}.toml"
+        path.write_text(text + f"# {kind}\n")
+        one[kind], _ = run(headflow(["ode", str(path), *sets, "--out", str(work / f"ode_{kind}")]),
+                           env_one)
+    meta = json.loads((work / "ode_warm" / "meta.json").read_text())["wall_s"]
+    # the run's arithmetic: the compiled solve, and the risk along its saved states (which the
+    # sweep's vectorized program computes too)
+    arithmetic = meta["ode.integrate"] + meta["ode.risk"]
+    print(f"one headflow ode: end to end {one['cold']:.2f} s cold, {one['warm']:.2f} s warm; "
+          f"its integration {meta['ode.integrate']:.3f} s and risk {meta['ode.risk']:.3f} s",
+          flush=True)
+
+    for n in args.points:
+        lrs = np.round(np.linspace(*args.lr, n), 5).tolist()
+        grid = ["--grid", "training.lr=" + ",".join(map(str, lrs))]
+        wall: dict[str, float] = {}
+        env_n = {**env, "HEADFLOW_CACHE_DIR": str(work / f"cache_{n}")}
+        for kind in ("cold", "warm"):
+            path = work / f"sweep_{n}_{kind}.toml"
+            path.write_text(text + f"# {kind}\n")
+            wall[kind], _ = run(headflow(["sweep", str(path), *sets, *grid, "--out",
+                                          str(work / f"sweep_{n}_{kind}")]), env_n)
+        warm = work / f"sweep_{n}_warm"
+        phases = json.loads((warm / "meta.json").read_text())["wall_s"]
+        solve = phases["sweep"]
+        # the solve less JAX's front end (tracing, lowering, compiling or loading the programs)
+        front = sum(phases[k] for k in ("trace", "lower", "compile", "cache_load"))
+        with np.load(warm / "sweep.npz") as data:
+            steps, status = data["steps"], data["status"]
+        evals = 6 * steps.mean() + 1
+        limit = evals * flops / peak
+        limit_t = evals * (flops / peak + trans * exp_s)     # each transcendental an exp
+        print(f"{n} points: sweep end to end {wall['cold']:.1f} s cold, {wall['warm']:.1f} s warm"
+              f" ({wall['warm'] / n:.3f} s a point); its solve {solve:.2f} s ({solve / n:.3f} s a "
+              f"point; less JAX's front end {(solve - front) / n:.3f} s); one run / a point: "
+              f"end to end {one['warm'] / (wall['warm'] / n):.1f} warm, arithmetic (integration "
+              f"and risk) {arithmetic / ((solve - front) / n):.2f}", flush=True)
+        print(f"    steps a point: mean {steps.mean():.0f}, largest {steps.max()} (lockstep "
+              f"{steps.max() / steps.mean():.2f}× the mean); {int((status != 0).sum())} points "
+              f"not ok; flop limit {1e3 * limit:.2f} ms a point ({1e3 * limit_t:.2f} ms with "
+              f"each transcendental at an exp's cost); the solve less JAX's front end a point / "
+              f"limit {(solve - front) / n / limit:.1f} ({(solve - front) / n / limit_t:.1f})",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
