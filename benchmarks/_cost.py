@@ -33,6 +33,22 @@ def headflow(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "headflow.validation", *args]
 
 
+def cold_and_warm(command: str, text: str, work: Path, stem: str, extra: list[str],
+                  env: dict) -> dict[str, float]:
+    """Wall seconds of `headflow COMMAND CONFIG EXTRA --out WORK/STEM_KIND` in fresh processes:
+    `"cold"` with the cache folder of `env` empty, then `"warm"` with what the cold run left.
+    Each reads a copy of the config `text` with a comment naming the run: the results cache,
+    keyed on the config's bytes, would otherwise replay the cold run's folder without
+    computing, while the compiled programs are still read back."""
+    wall = {}
+    for kind in ("cold", "warm"):
+        path = work / f"{stem}_{kind}.toml"
+        path.write_text(text + f"\n# the {kind} run\n")
+        wall[kind], _ = run(headflow([command, str(path), *extra, "--out",
+                                      str(work / f"{stem}_{kind}")]), env)
+    return wall
+
+
 def best_s(fn, *args, repeat: int = 5) -> float:
     """The shortest of `repeat` timed calls of the jitted `fn(*args)`, after one that compiles
     it."""
@@ -64,6 +80,25 @@ def elementwise_s(name: str) -> float:
 
     x = jnp.linspace(-0.9, 0.9, 1 << 20)
     return best_s(getattr(jnp, name), x) / x.size
+
+
+def machine_line(flops: float, trans: float, peak: float, name: str, unit_s: float) -> str:
+    """One line describing a right-hand side's cost ([`rhs_cost`][]) and the machine's speed
+    ([`peak_flops`][], and [`elementwise_s`][] of the transcendental function `name`)."""
+    return (f"one right-hand side {flops:.3g} flops and {trans:.3g} transcendentals (XLA's count, "
+            f"batched); float64 peak of this machine {peak / 1e9:.1f} GFLOP/s (dense {PEAK_N}² "
+            f"matrix product, best of 5); one float64 {name} {1e9 * unit_s:.1f} ns "
+            f"({unit_s * peak:.0f} flops at that peak)")
+
+
+def flop_limits(steps, flops: float, trans: float, peak: float, unit_s: float
+                ) -> tuple[float, float]:
+    """The least seconds a point's solve can take: the right-hand-side evaluations its tsit5
+    steps made (6 a step, accepted or rejected: first same as last), times the flops of one
+    evaluation over the machine's `peak`; and the same with each transcendental function at
+    `unit_s` seconds. `steps`: the solver steps of the points (their mean is used)."""
+    evals = 6 * np.mean(steps) + 1
+    return evals * flops / peak, evals * (flops / peak + trans * unit_s)
 
 
 def rhs_cost(prob, batch: int = 256) -> tuple[float, float]:

@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _cost import HERE, PEAK_N, ROOT, elementwise_s, headflow, peak_flops, rhs_cost, run
+from _cost import (HERE, ROOT, cold_and_warm, elementwise_s, flop_limits, headflow,
+                   machine_line, peak_flops, rhs_cost, run)
 
 CONFIG = """[model]
 kind = "committee"
@@ -99,11 +100,8 @@ def main() -> None:
     # (a) the sweep against the SciPy loop, at every grid size
     rhs_flops, rhs_trans = rhs_cost(prob)
     peak, trans_s = peak_flops(), elementwise_s("arcsin")
-    print(f"config: K = 4, M = 2, erf, t = 1000, rtol 1e-6, atol 1e-8; one right-hand side "
-          f"{rhs_flops:.3g} flops and {rhs_trans:.3g} transcendentals (XLA's count, batched); "
-          f"float64 peak of this machine {peak / 1e9:.1f} GFLOP/s (dense {PEAK_N}² matrix "
-          f"product, best of 5); one float64 arcsin {1e9 * trans_s:.1f} ns "
-          f"({trans_s * peak:.0f} flops at that peak)", flush=True)
+    print("config: K = 4, M = 2, erf, t = 1000, rtol 1e-6, atol 1e-8; "
+          + machine_line(rhs_flops, rhs_trans, peak, "arcsin", trans_s), flush=True)
     for side in args.sides:
         lrs = np.round(np.linspace(0.2, 1.6, side), 4).tolist()
         noises = np.round(np.linspace(0.0, 0.5, side), 4).tolist()
@@ -125,11 +123,8 @@ def main() -> None:
                           "--lr", *map(str, lrs), "--noise", *map(str, noises),
                           "--out", str(scipy_out)], env)
         ref = np.load(scipy_out)["eps"]
-        # tsit5 (FSAL) evaluates the right-hand side 6 times a step, accepted or rejected
-        evals = 6 * steps.mean() + 1
-        limit = evals * rhs_flops / peak
-        # the same with each transcendental at the measured cost of an arcsin
-        limit_t = evals * (rhs_flops / peak + rhs_trans * trans_s)
+        # the second with each transcendental at the measured cost of an arcsin
+        limit, limit_t = flop_limits(steps, rhs_flops, rhs_trans, peak, trans_s)
         print(f"(a) {n} points: headflow sweep end to end {sweep_s['cold']:.1f} s cold, "
               f"{sweep_s['warm']:.1f} s warm ({1e3 * sweep_s['warm'] / n:.1f} ms a point; the "
               f"vectorized solve {1e3 * solve_s / n:.1f} ms a point); {n} SciPy runs end to end "
@@ -157,16 +152,8 @@ def main() -> None:
           flush=True)
 
     # (b) one run each, fresh processes
-    # The warm run reads the config from a copy with a comment appended: the results cache
-    # (keyed on the config's bytes) would otherwise replay the cold run's folder without
-    # computing, while the compilation cache (keyed on the programs) still hits.
-    ode_s = {}
-    env_b = {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_b")}
-    warm_cfg = work / "k4_warm.toml"
-    warm_cfg.write_text(CONFIG + "# the warm run\n")
-    for kind, path in (("cold", cfg_path), ("warm", warm_cfg)):
-        ode_s[kind], _ = run(headflow(["ode", str(path), "--out", str(work / f"ode_{kind}")]),
-                             env_b)
+    ode_s = cold_and_warm("ode", CONFIG, work, "ode", [],
+                          {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_b")})
     one_s, _ = run([sys.executable, str(HERE / "_scipy_committee.py"), str(start),
                     "--lr", "0.5", "--noise", "0.1"], env)
     print(f"(b) headflow ode end to end {ode_s['cold']:.1f} s cold, {ode_s['warm']:.1f} s warm; "

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from _cost import PEAK_N, ROOT, elementwise_s, headflow, peak_flops, rhs_cost, run
+from _cost import (ROOT, cold_and_warm, elementwise_s, flop_limits, machine_line, peak_flops,
+                   rhs_cost)
 
 
 def _values(text: str) -> list[float]:
@@ -56,29 +57,19 @@ def main() -> None:
     from headflow.dynamics.ode import build
 
     work = Path(tempfile.mkdtemp(prefix="bench_sweep_"))
-    text = Path(args.config).read_text() + "\n# bench_sweep\n"
-    cfg_path = work / "config.toml"
-    cfg_path.write_text(text)
+    text = Path(args.config).read_text()
     sets = ["--set", f"training.t_max={args.t_max}"]
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
 
-    cfg = d.load_config(str(cfg_path), [f"training.t_max={args.t_max}"])
+    cfg = d.load_config(args.config, [f"training.t_max={args.t_max}"])
     flops, trans = rhs_cost(build(cfg), batch=8)
     peak, exp_s = peak_flops(), elementwise_s("exp")
     print(f"config: {Path(args.config).name}, t = {args.t_max}, {cfg.ode.samples} nodes "
-          f"({cfg.ode.expectation}), rtol {cfg.ode.rtol}; one right-hand side {flops:.3g} flops "
-          f"and {trans:.3g} transcendentals (XLA's count, batched); float64 peak of this machine "
-          f"{peak / 1e9:.1f} GFLOP/s (dense {PEAK_N}² matrix product, best of 5); one float64 exp"
-          f" {1e9 * exp_s:.1f} ns", flush=True)
+          f"({cfg.ode.expectation}), rtol {cfg.ode.rtol}; "
+          + machine_line(flops, trans, peak, "exp", exp_s), flush=True)
 
-    # one run, cold then warm (the warm config differs by a comment: computed, not replayed)
-    one: dict[str, float] = {}
-    env_one = {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_ode")}
-    for kind in ("cold", "warm"):
-        path = work / f"ode_{kind}.toml"
-        path.write_text(text + f"# {kind}\n")
-        one[kind], _ = run(headflow(["ode", str(path), *sets, "--out", str(work / f"ode_{kind}")]),
-                           env_one)
+    one = cold_and_warm("ode", text, work, "ode", sets,
+                        {**env, "HEADFLOW_CACHE_DIR": str(work / "cache_ode")})
     meta = json.loads((work / "ode_warm" / "meta.json").read_text())["wall_s"]
     # the run's arithmetic: the compiled solve, and the risk along its saved states (which the
     # sweep's vectorized program computes too)
@@ -90,34 +81,26 @@ def main() -> None:
     for n in args.points:
         lrs = np.round(np.linspace(*args.lr, n), 5).tolist()
         grid = ["--grid", "training.lr=" + ",".join(map(str, lrs))]
-        wall: dict[str, float] = {}
-        env_n = {**env, "HEADFLOW_CACHE_DIR": str(work / f"cache_{n}")}
-        for kind in ("cold", "warm"):
-            path = work / f"sweep_{n}_{kind}.toml"
-            path.write_text(text + f"# {kind}\n")
-            wall[kind], _ = run(headflow(["sweep", str(path), *sets, *grid, "--out",
-                                          str(work / f"sweep_{n}_{kind}")]), env_n)
+        wall = cold_and_warm("sweep", text, work, f"sweep_{n}", [*sets, *grid],
+                             {**env, "HEADFLOW_CACHE_DIR": str(work / f"cache_{n}")})
         warm = work / f"sweep_{n}_warm"
         phases = json.loads((warm / "meta.json").read_text())["wall_s"]
-        solve = phases["sweep"]
         # the solve less JAX's front end: tracing, lowering and compiling (`compile` includes
         # reading a program back from the cache, `cache_load`)
-        front = sum(phases[k] for k in ("trace", "lower", "compile"))
+        point = (phases["sweep"] - sum(phases[k] for k in ("trace", "lower", "compile"))) / n
         with np.load(warm / "sweep.npz") as data:
             steps, status = data["steps"], data["status"]
-        evals = 6 * steps.mean() + 1
-        limit = evals * flops / peak
-        limit_t = evals * (flops / peak + trans * exp_s)     # each transcendental an exp
+        limit, limit_t = flop_limits(steps, flops, trans, peak, exp_s)   # the second: at an exp
         print(f"{n} points: sweep end to end {wall['cold']:.1f} s cold, {wall['warm']:.1f} s warm"
-              f" ({wall['warm'] / n:.3f} s a point); its solve {solve:.2f} s ({solve / n:.3f} s a "
-              f"point; less JAX's front end {(solve - front) / n:.3f} s); one run / a point: "
-              f"end to end {one['warm'] / (wall['warm'] / n):.1f} warm, arithmetic (integration "
-              f"and risk) {arithmetic / ((solve - front) / n):.2f}", flush=True)
+              f" ({wall['warm'] / n:.3f} s a point); its solve {phases['sweep']:.2f} s "
+              f"({phases['sweep'] / n:.3f} s a point; less JAX's front end {point:.3f} s); one run"
+              f" / a point: end to end {one['warm'] / (wall['warm'] / n):.1f} warm, arithmetic "
+              f"(integration and risk) {arithmetic / point:.2f}", flush=True)
         print(f"    steps a point: mean {steps.mean():.0f}, largest {steps.max()} (lockstep "
               f"{steps.max() / steps.mean():.2f}× the mean); {int((status != 0).sum())} points "
               f"not ok; flop limit {1e3 * limit:.2f} ms a point ({1e3 * limit_t:.2f} ms with "
               f"each transcendental at an exp's cost); the solve less JAX's front end a point / "
-              f"limit {(solve - front) / n / limit:.1f} ({(solve - front) / n / limit_t:.1f})",
+              f"limit {point / limit:.1f} ({point / limit_t:.1f})",
               flush=True)
 
 
