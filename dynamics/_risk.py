@@ -11,6 +11,7 @@ import numpy as np
 from jaxtyping import Array, Float, PyTree, Scalar
 
 from ._errors import ConfigError
+from ._jit import jit_by_structure
 from ._model import SIGNAL, AttentionBase
 from ._overlaps import FieldLaw, Overlaps
 from .expectations import AbstractExpectation, AbstractNodes
@@ -98,7 +99,15 @@ def population_risk(model: AttentionBase, ov: Overlaps,
     the same nodes to compare risks with common random numbers); `manifold=True` ignores the
     cross overlaps (the ODE's fast path).
     """
-    nodes = as_nodes(rule, key_dims(model))
+    return _estimate_risk(model, ov, as_nodes(rule, key_dims(model)), manifold)
+
+
+# The node sums of the risks, compiled once per structure (`jit_by_structure`), with the nodes
+# as arguments, not constants of the program.
+
+@jit_by_structure
+def _estimate_risk(model: AttentionBase, ov: Overlaps, nodes: AbstractNodes,
+                   manifold: bool) -> tuple[Scalar, Scalar]:
     law = FieldLaw.from_overlaps(ov, model.rho, manifold=manifold)
     return nodes.estimate(jax.vmap(lambda x: risk_integrand(model, law, ov.b, x)))
 
@@ -119,7 +128,11 @@ def bayes_integrand(model: AttentionBase, x: Float[Array, " d"]) -> Scalar:
 def bayes_risk(model: AttentionBase, backend: AbstractExpectation) -> tuple[Scalar, Scalar]:
     """`R_Bayes = Δ² + ρ*(1 − E Σ_ℓ p_ℓ²)` and its error estimate. Independent of the
     student (only the prior, L, Δ and ρ* matter)."""
-    nodes = backend.nodes(model.prior.n_node_dims + model.L * model.F)
+    return _estimate_bayes(model, backend.nodes(model.prior.n_node_dims + model.L * model.F))
+
+
+@jit_by_structure
+def _estimate_bayes(model: AttentionBase, nodes: AbstractNodes) -> tuple[Scalar, Scalar]:
     return nodes.estimate(jax.vmap(lambda x: bayes_integrand(model, x)))
 
 

@@ -98,6 +98,13 @@ def xla_optimizations(enabled: bool):
         set_xla_optimizations(before)
 
 
+FAST_COMPILE_ENV = {"JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+"""The environment of a command line a test starts whose programs are compiled far more than run
+(small configs checking files, caches and errors): XLA at -O0, as in the compile-bound modules
+(tests/conftest.py). The flag is part of the persistent cache's key, so such runs share their
+programs with each other, not with the test process's."""
+
+
 def optimized():
     """Compile with XLA's optimizations even where conftest turned most of them off: for the
     few programs whose run time (not compile time) dominates, such as the sequence sampler."""

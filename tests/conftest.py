@@ -8,6 +8,7 @@
   ask for float32 explicitly where the simulator's default is meant.
 - `jax_numpy_rank_promotion = "raise"`: an implicit broadcast between arrays of different ranks
   is an error, so shape bugs cannot hide behind broadcasting.
+- The garbage collector runs at the command line's raised thresholds (below).
 - Warnings raised from our own packages are errors (third-party deprecation noise is not).
 - Caches between runs (JAX's persistent compilation cache and the generated symbolic code) live
   in one fresh folder per test session, shared by the xdist workers and by the command lines the
@@ -45,6 +46,13 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 from _util import set_xla_optimizations, xla_optimizations  # noqa: E402
 
 from headflow.validation._cache import configure as configure_cache  # noqa: E402
+from headflow.validation._entry import relax_gc  # noqa: E402
+
+# The garbage collector's thresholds of the command line (`headflow.validation._entry`), in the
+# controller, in each xdist worker and in the notebooks' kernels (tests/test_notebooks.py): the
+# suite traces and compiles thousands of programs, and at Python's defaults the collector walks
+# the workers' whole heap (torch, sympy, the cached programs) dozens of times a module
+relax_gc()
 
 # The command line's caches between runs (JAX's persistent compilation cache and the generated
 # symbolic code) point at a folder made for this session by the controlling process (inherited
@@ -183,7 +191,7 @@ QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "
                "test_model_extension", "test_extension", "test_config_cli", "test_cli_options",
                "test_startup", "test_lint", "test_docs_site", "test_docs_defaults", "test_verdicts",
                "test_sparse_grid", "test_numpy_reference", "test_committee_exact",
-               "test_theory_vs_sgd")
+               "test_theory_vs_sgd", "test_jit")
 
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full

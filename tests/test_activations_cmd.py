@@ -215,9 +215,8 @@ def test_activations_reports_the_drift_of_a_non_stationary_state(tmp_path, capsy
     drift (max |RHS_i|/err_i, in activations.json, runs.json and the printed table) and the
     risk change over its last chunk."""
     res, text = _run(capsys, ["activations", str(SMALL), "--out", str(tmp_path / "n"),
-                              "--activations", "softmax1", "--t-max", "25", "--t-first", "25",
-                              "--set", "ode.samples=512", "--risk-samples", "1024",
-                              "--bayes-samples", "1024", "--amplitudes", "1", "--json"])
+                              "--activations", "softmax1", "--t-max", "25", "--t-first", "25"]
+                       + SMALL_FLAGS)     # the sizes of the test above: its programs are reused
     assert res["stationary"]["softmax1"] == [False]
     drift = res["drift"]["softmax1"][0]
     assert drift > 0.25 and np.isfinite(res["risk_drift_last_chunk"]["softmax1"][0])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _util import FAST_COMPILE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "training.t_max=0.5", "--set", "output.n_save=3", "--set", "ode.samples=256",
@@ -23,9 +24,12 @@ COMMITTEE = ["--set", 'model.kind="committee"', "--set", "training.t_max=0.5", "
 
 def _ode(out: Path, cache: Path, *before: str, enabled: bool = True,
          after: tuple[str, ...] = (), sets: list[str] = TINY, env: dict | None = None) -> dict:
-    """`headflow [BEFORE] ode SETS --out OUT` in a subprocess with the cache in `cache`."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache),
-           "HEADFLOW_CACHE": "1" if enabled else "0", **(env or {})}
+    """`headflow [BEFORE] ode SETS --out OUT` in a subprocess with the cache in `cache`, at XLA
+    -O0 (`FAST_COMPILE_ENV`: what is checked is which programs are cached, written and read back,
+    not how fast they run)."""
+    env = {**os.environ, **FAST_COMPILE_ENV, "PYTHONPATH": str(ROOT),
+           "HEADFLOW_CACHE_DIR": str(cache), "HEADFLOW_CACHE": "1" if enabled else "0",
+           **(env or {})}
     done = subprocess.run([sys.executable, "-m", "headflow.validation", *before, "ode", *sets,
                            *after,
                            "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
@@ -104,7 +108,8 @@ print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.module
 
 
 def _probe(out: Path, cache: Path, *extra: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HEADFLOW_CACHE_DIR": str(cache)}
+    env = {**os.environ, **FAST_COMPILE_ENV, "PYTHONPATH": str(ROOT),
+           "HEADFLOW_CACHE_DIR": str(cache)}
     env.pop("HEADFLOW_CACHE", None)
     done = subprocess.run([sys.executable, "-c", _REPLAY_PROBE, "ode", *COMMITTEE, *extra, "--out",
                            str(out), "--json"], env=env, capture_output=True, text=True,
@@ -138,7 +143,7 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path):
     # an existing folder without --force: the full run refuses it, one line, exit 2
     done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *COMMITTEE, "--out",
                            str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT),
+                          env={**os.environ, **FAST_COMPILE_ENV, "PYTHONPATH": str(ROOT),
                                "HEADFLOW_CACHE_DIR": str(cache)})
     assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")
 

@@ -127,7 +127,7 @@ def test_new_activation_and_prior_in_one_file_each(registered, tmp_path, capsys)
     out = tmp_path / "act"
     assert main(["activations", *sum((["--set", s] for s in SETTINGS if "prior.zero" not in s
                                       and not s.startswith("model.activation")), []),
-                 "--activations", "softmax,softmax2_test", "--amplitudes", "2",
+                 "--activations", "softmax2_test", "--amplitudes", "2",
                  "--t-max", "20", "--t-first", "10", "--risk-samples", "512",
                  "--bayes-samples", "1024", "--out", str(out)]) == 0
     assert (out / "final_risk.png").is_file()

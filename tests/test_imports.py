@@ -167,7 +167,8 @@ def test_commands_run_beside_packages_named_like_the_folders(tmp_path):
     """Packages named `dynamics`, `sims` and `validation` installed beside headflow (PyPI has
     all three, and importing any of them here fails) change nothing: in a fresh interpreter
     that finds the impostors first on its path, every module of headflow (every command's
-    included) imports, and `--help`, `models` and an `ode` run succeed."""
+    included) imports and `--help` succeeds. (`models` and an `ode` run beside impostors:
+    `tests/test_user_models.py::test_entry_point_and_colliding_package_names`.)"""
     site = tmp_path / "site"
     for name in PACKAGES:
         (site / name).mkdir(parents=True)
@@ -176,12 +177,7 @@ def test_commands_run_beside_packages_named_like_the_folders(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(site)}
     modules = sorted(m for m in MODULES if not m.endswith("__main__"))
     code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)\n"
-    config = ROOT / "validation" / "configs" / "committee.toml"
-    runs = [[sys.executable, "-c", code],
-            *[[sys.executable, "-m", "headflow.validation", *argv] for argv in (
-                ["--help"], ["models"],
-                ["ode", str(config), "--set", "training.t_max=0.5", "--set", "output.n_save=3",
-                 "--out", str(tmp_path / "ode"), "--json"])]]
+    runs = [[sys.executable, "-c", code], [sys.executable, "-m", "headflow.validation", "--help"]]
     for argv in runs:
         proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, (argv[1:3], proc.stderr[-2000:])

@@ -3,8 +3,9 @@
 Conventions (checked here): the first code cell is tagged `parameters` (papermill style) and
 sets `SIZE`; the test strips the stored outputs (those of `headflow notebooks` at full size,
 which the documentation site shows; `tests/test_docs_site.py` checks that they are still those
-of the code), replaces that cell's source with `SIZE = "ci"` and executes the notebook with
-nbclient in the `notebooks/` folder; the last line printed by the last cell is
+of the code), replaces that cell's source with `SIZE = "ci"` (after raising the kernel's
+garbage-collector thresholds as `tests/conftest.py` does) and executes the notebook with nbclient
+in the `notebooks/` folder; the last line printed by the last cell is
 `verdict: <claim>: <reproduced|not reproduced>: <numbers>`.
 
 Every verdict line a notebook prints is checked against `tests/notebook_verdicts.toml`, which
@@ -15,8 +16,8 @@ either way fails the test.
 The kernels share the test session's compilation cache (through JAX's environment variables; a
 notebook itself configures nothing): a program a notebook traces again, or one a test compiled
 before, is read back instead of compiled (the saving: `benchmarks/RESULTS.md`, "The test
-suite"). They compile with XLA's optimizations off (`JAX_DISABLE_MOST_OPTIMIZATIONS`), which
-changes code generation only.
+suite"). They compile at the session's XLA optimization level (`XLA_FLAGS`, inherited from
+`tests/conftest.py`), which changes code generation only.
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ def _kernel_env(monkeypatch):
 def test_notebook_runs_and_states_its_verdict(path):
     nb = strip(nbformat.read(path, as_version=4))
     i = parameters_cell(nb)
-    nb.cells[i].source = 'SIZE = "ci"'
+    # the kernel's garbage collector at the test session's thresholds (tests/conftest.py)
+    nb.cells[i].source = ('from headflow.validation._entry import relax_gc\nrelax_gc()\n'
+                          'SIZE = "ci"')
     NotebookClient(nb, timeout=900, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}}).execute()
     last = _printed(nb.cells[-1]).strip().splitlines()

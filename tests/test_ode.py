@@ -198,19 +198,6 @@ def test_random_start_has_order_inverse_sqrt_d_differences():
     np.testing.assert_allclose(spreads[0] / spreads[1], 4.0, rtol=0.3)
 
 
-@pytest.mark.slow
-def test_stiff_solver_matches_the_explicit_one():
-    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=256",
-                               "sim.dim=300", "model.L=2"])
-    a = run_ode(cfg)
-    # the implicit solve takes ~200 steps, each a Newton iteration with a Jacobian: its run
-    # time, not its compilation, dominates, so it is compiled with XLA's optimizations
-    with optimized():
-        b = run_ode(cfg.replace(**{"ode.solver": "kvaerno3"}))
-    np.testing.assert_allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m), atol=2e-5)
-    np.testing.assert_allclose(np.asarray(a.risk), np.asarray(b.risk), atol=2e-5)
-
-
 def test_gradient_flow_decreases_the_risk_monotonically():
     cfg = d.load_config(None, ["training.t_max=20", "output.n_save=21", "ode.samples=2048",
                                "ode.sgd_noise=false", "sim.dim=500"])
@@ -304,6 +291,21 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     cfg = d.load_config(None, ["ode.rhs=\"auto\""])
     assert resolved_rhs(cfg) == "symbolic"
     assert resolved_rhs(cfg.replace(**{"ode.form": "full"})) == "autodiff"
+
+
+# near the end: `optimized()` drops the programs in memory (tests/_util.py), which the tests
+# before it share
+@pytest.mark.slow
+def test_stiff_solver_matches_the_explicit_one():
+    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=256",
+                               "sim.dim=300", "model.L=2"])
+    a = run_ode(cfg)
+    # the implicit solve takes ~200 steps, each a Newton iteration with a Jacobian: its run
+    # time, not its compilation, dominates, so it is compiled with XLA's optimizations
+    with optimized():
+        b = run_ode(cfg.replace(**{"ode.solver": "kvaerno3"}))
+    np.testing.assert_allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m), atol=2e-5)
+    np.testing.assert_allclose(np.asarray(a.risk), np.asarray(b.risk), atol=2e-5)
 
 
 # last in the file: it clears JAX's caches, which the tests after it would compile again

@@ -235,10 +235,11 @@ def test_sweep_and_phases_commands(tmp_path, capsys):
 
     out = tmp_path / "sw"
     sets = sum((["--set", s] for s in SWEEP_SETS), [])
-    assert main(["sweep", *sets, "--grid", "training.lr=0.5,1.0", "--grid",
-                 "prior.amplitude=1.0,3.0", "--out", str(out), "--json"]) == 0
+    # the grid of the vectorized test above, whose compiled solves the command then reuses
+    assert main(["sweep", *sets, "--grid", "training.lr=0.5,1.0,60.0", "--grid",
+                 "prior.amplitude=0.0,3.0", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["shape"] == [2, 2] and len(summary["phase"]) == 4
+    assert summary["shape"] == [3, 2] and len(summary["phase"]) == 6
     for name in ("sweep.npz", "sweep.json", "sweep.png", "phase_diagram.png", "config.toml",
                  "meta.json"):
         assert (out / name).exists()

@@ -105,6 +105,32 @@ def test_help_wall_time_is_reported():
         print(f"headflow {' '.join(argv)}: {wall:.3f} s")
 
 
+# Runs the console script's `entry()` on `--help` (which exits through argparse) and prints the
+# garbage collector's thresholds the process ended with.
+_GC_PROBE = r"""
+import gc, sys
+from headflow.validation._entry import entry
+sys.argv = ["headflow", "--help"]
+try:
+    entry()
+except SystemExit:
+    pass
+print(list(gc.get_threshold()))
+"""
+
+
+def test_the_command_line_runs_at_raised_gc_thresholds():
+    """The console script sets `GC_THRESHOLDS` before anything else: every gen-0 threshold
+    above Python's default, in a fresh interpreter that starts at the default."""
+    from headflow.validation._entry import GC_THRESHOLDS
+
+    proc = subprocess.run([sys.executable, "-c", _GC_PROBE], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == list(GC_THRESHOLDS)
+    assert GC_THRESHOLDS[0] > 700
+
+
 def test_light_constants_are_the_heavy_modules_ones():
     """The values `--help` shows are the very objects the heavy modules use (one definition)."""
     from headflow.dynamics.analysis import STATIONARY_Z as z

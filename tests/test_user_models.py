@@ -29,6 +29,7 @@ from typing import ClassVar
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _util import FAST_COMPILE_ENV
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -40,7 +41,7 @@ from headflow.dynamics.models import AbstractModel, GramState, Rows, SignFlip, m
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "phase_retrieval"
 FILE_KIND = f"{EXAMPLE / 'phase_retrieval.py'}:PhaseRetrieval"
-ENV = {k: v for k, v in os.environ.items() if k != "HEADFLOW_CACHE"}
+ENV = {**{k: v for k, v in os.environ.items() if k != "HEADFLOW_CACHE"}, **FAST_COMPILE_ENV}
 
 
 def headflow(*argv: str, cwd: Path, env: dict | None = None, timeout: int = 600):

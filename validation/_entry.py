@@ -4,9 +4,23 @@ once the early handlers are in place."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
+
+
+GC_THRESHOLDS = (100_000, 50, 50)
+"""The garbage collector's thresholds for a process that traces and compiles JAX programs:
+tracing allocates millions of short-lived objects, and at Python's defaults (700, 10, 10) the
+collector runs thousands of times in one command, each full collection walking every live
+object (imported modules, cached programs). Raised, it runs a few times a command; memory is
+still freed by reference counting, and cyclic garbage waits somewhat longer."""
+
+
+def relax_gc() -> None:
+    """Set [`GC_THRESHOLDS`][]; the command line does it first thing, the test session too."""
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def _early(signum, frame) -> None:
@@ -20,6 +34,7 @@ def entry() -> None:
     """Run `headflow` and exit with its status. After an interrupt the process ends without the
     interpreter's teardown: JAX's runtime threads may still be winding down, and tearing them
     down from a signal-interrupted state is what crashes."""
+    relax_gc()
     from . import _phases
 
     _phases.started()

@@ -13,6 +13,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
+from .._jit import jit_by_structure
 from .._stop import check_stop
 from ..fields import AbstractField
 from .._model import AttentionBase
@@ -26,11 +27,13 @@ TANGENT_INTEGRATOR = Integrator.adaptive("tsit5", rtol=1e-7, atol=1e-9, max_step
 """The default integrator of [`linear_stability`][]."""
 
 
+@jit_by_structure
 def restricted_jacobian(field: AbstractField, ov: Any, basis: Float[Array, "N k"],
                         modes: Any = None) -> Float[Array, "k k"]:
     """`Uᵀ J U` with `J` the Jacobian of the right-hand side at `ov` (forward-mode autodiff,
     one JVP per column of `U`), in the coordinates of `modes` ([`HeadModes`][] or
-    [`UnitModes`][]; default: the attention model's manifold coordinates)."""
+    [`UnitModes`][]; default: the attention model's manifold coordinates). Compiled once per
+    structure (`jit_by_structure`)."""
     if modes is None:
         H, F = ov.H, ov.F
         flat, unflat = flatten, lambda v: unflatten(v, H, F)
