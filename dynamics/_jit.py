@@ -23,9 +23,10 @@ def jit_by_structure(fn: Callable) -> Callable:
     floats of a model or a field stay weakly typed (as they are in `jnp` arithmetic), so a
     float32 simulation stays float32. Called outside a traced program, a function of a field or
     a model then compiles once per structure and shapes, where run op by op it would compile
-    each of its primitives (and a `lax.scan` anew at every call); inside a traced program it is
-    inlined. Only for functions that never branch in Python on those floats (the vector fields
-    and risks, whose floats the ODE's solve traces as well)."""
+    each of its primitives (and a `lax.scan` anew at every call). Called with an argument traced
+    by an enclosing transformation (`jit`, `vmap`, `linearize`, a diffrax solve), it is `fn`
+    itself, traced as part of that program. Only for functions that never branch in Python on
+    those floats (the vector fields and risks, whose floats the ODE's solve traces as well)."""
 
     def run(dynamic, treedef, static):
         args, kwargs = eqx.combine(dynamic, jax.tree.unflatten(treedef, static))
@@ -37,6 +38,8 @@ def jit_by_structure(fn: Callable) -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         dynamic, static = eqx.partition((args, kwargs), _traced)
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(dynamic)):
+            return fn(*args, **kwargs)      # inside a traced program: traced with it, as it is
         leaves, treedef = jax.tree.flatten(static)
         return run(dynamic, treedef, tuple(leaves))
 

@@ -4,6 +4,7 @@ floats of models and fields traced (weakly typed) rather than compiled in."""
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -39,3 +40,16 @@ def test_floats_are_traced_and_the_rest_keys_the_program():
     assert len(traces) == 5
     f(_Model(2.0, 3), x, shift=1.0)                   # back to a known structure
     assert len(traces) == 5
+
+
+def test_inside_a_traced_program_it_is_the_function_itself():
+    """Called on traced arguments (here under `jax.jit` and `jax.linearize`), the function is
+    traced into the enclosing program: no nested jitted call appears in its jaxpr."""
+    f = jit_by_structure(lambda model, x: model.scale * jnp.sin(x) ** model.power)
+    x = jnp.linspace(0.0, 1.0, 4)
+    jaxpr = jax.make_jaxpr(lambda x: jax.linearize(lambda y: f(_Model(0.5, 2), y), x)[1](x))(x)
+    names = {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
+    assert "sin" in names and not names & {"pjit", "jit"}, names
+    eager = f(_Model(0.5, 2), x)                       # outside: its own program
+    np.testing.assert_allclose(np.asarray(eager), 0.5 * np.sin(np.linspace(0, 1, 4)) ** 2,
+                               rtol=1e-14)

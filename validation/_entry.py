@@ -13,9 +13,10 @@ import sys
 GC_THRESHOLDS = (100_000, 50, 50)
 """The garbage collector's thresholds for a process that traces and compiles JAX programs:
 tracing allocates millions of short-lived objects, and at Python's defaults (700, 10, 10) the
-collector runs thousands of times in one command, each full collection walking every live
-object (imported modules, cached programs). Raised, it runs a few times a command; memory is
-still freed by reference counting, and cyclic garbage waits somewhat longer."""
+collector runs after every 700 of them, its full collections walking every live object
+(imported modules, cached programs). Raised, it runs a few times a command; memory is still
+freed by reference counting, and cyclic garbage waits somewhat longer
+(`benchmarks/RESULTS.md`, "The test suite")."""
 
 
 def relax_gc() -> None:
