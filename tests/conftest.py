@@ -50,8 +50,8 @@ from headflow.validation._entry import relax_gc  # noqa: E402
 
 # The garbage collector's thresholds of the command line (`headflow.validation._entry`), in the
 # controller, in each xdist worker and in the notebooks' kernels (tests/test_notebooks.py): the
-# suite traces and compiles thousands of programs, and at Python's defaults the collector walks
-# the workers' whole heap (torch, sympy, the cached programs) dozens of times a module
+# suite traces and compiles program after program, and at Python's defaults the collector walks
+# the workers' whole heap (torch, sympy, the cached programs) over and over
 relax_gc()
 
 # The command line's caches between runs (JAX's persistent compilation cache and the generated
