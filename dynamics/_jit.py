@@ -37,9 +37,9 @@ def jit_by_structure(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        dynamic, static = eqx.partition((args, kwargs), _traced)
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(dynamic)):
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs))):
             return fn(*args, **kwargs)      # inside a traced program: traced with it, as it is
+        dynamic, static = eqx.partition((args, kwargs), _traced)
         leaves, treedef = jax.tree.flatten(static)
         return run(dynamic, treedef, tuple(leaves))
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _util import FAST_COMPILE_ENV
 
 from headflow.dynamics.distributed import DistributedError, DistributedSettings
 
@@ -41,7 +42,7 @@ def _env(devices: int | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HEADFLOW_", "JAX_", "XLA_", "SLURM_", "OMPI_"))}
     # tiny runs: compiling dominates, so every process (the reference too) compiles at -O0
-    env.update(JAX_PLATFORMS="cpu", HEADFLOW_CACHE="0", JAX_DISABLE_MOST_OPTIMIZATIONS="1",
+    env.update(FAST_COMPILE_ENV, JAX_PLATFORMS="cpu", HEADFLOW_CACHE="0",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     if devices is not None:
         env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"

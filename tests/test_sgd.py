@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
 import pytest
-from _util import Z, make_model
+from _util import FAST_COMPILE_ENV, Z, make_model
 
 from headflow import sims
 from headflow.dynamics import (DivergenceError, Overlaps, StepSizes, bayes_construction,
@@ -226,8 +226,8 @@ def test_sharded_run_matches_single_device(tmp_path, tiny_run):
     """In a subprocess with two (forced) CPU devices, the seeds are sharded over them; the
     arrays equal the one-device run to float32 round-off."""
     assert jax.device_count() == 1
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1")
+    env = dict(os.environ, **FAST_COMPILE_ENV,
+               XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
     out = tmp_path / "sharded.npz"
     proc = subprocess.run([sys.executable, "-c", _SHARDED, json.dumps(TINY), str(out)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

@@ -97,9 +97,11 @@ def _node_sum(field: AbstractField, ov: PyTree) -> PyTree:
         x = jnp.concatenate([x, jnp.zeros((pad, x.shape[1]), x.dtype)])
         w = jnp.concatenate([w, jnp.zeros(pad, w.dtype)])
 
+    derivatives = _at_nodes(field, ov)
+
     def body(acc, xw):
         xs, ws = xw
-        per = jax.vmap(lambda xi: field.node_derivative(ov, xi))(xs)
+        per = derivatives(xs)
         return jax.tree.map(lambda a, p: a + jnp.tensordot(ws, p, axes=1), acc, per), None
 
     zero = jax.tree.map(jnp.zeros_like, ov)
@@ -109,14 +111,17 @@ def _node_sum(field: AbstractField, ov: PyTree) -> PyTree:
 
 @jit_by_structure
 def _per_node(field: AbstractField, ov: PyTree, t) -> PyTree:
-    at = field.at(t)
-    return jax.vmap(lambda x: at.node_derivative(ov, x))(field.nodes.x)
+    return _at_nodes(field.at(t), ov)(field.nodes.x)
 
 
 @jit_by_structure
 def _with_error(field: AbstractField, ov: PyTree, t) -> tuple[PyTree, PyTree]:
-    at = field.at(t)
-    return field.nodes.estimate(lambda xs: jax.vmap(lambda x: at.node_derivative(ov, x))(xs))
+    return field.nodes.estimate(_at_nodes(field.at(t), ov))
+
+
+def _at_nodes(field: AbstractField, ov: PyTree):
+    """The per-node derivatives at `ov` as a function of a stack of nodes."""
+    return jax.vmap(lambda x: field.node_derivative(ov, x))
 
 
 def outer_sum(a: Float[Array, "i L"], b: Float[Array, "j L"]) -> Float[Array, "i j"]:
