@@ -103,7 +103,8 @@ def test_analytic_value_integrals_equal_sampled_ones_off_the_manifold(activation
 def test_batched_field_changes_only_the_summation_order(field_cls):
     """`batched(n)` cuts the node sum into chunks of `chunk // n` nodes for `n` states
     evaluated at once: under `vmap` over states it gives every state the field of the unbatched
-    field to round-off, with more than one chunk (the padded last chunk included)."""
+    field (its nodes in one chunk, summed without a loop) to round-off, with more than one chunk
+    (the padded last chunk included)."""
     model = _model(prior=d.priors.FlippedSpike(2.0, 0.7, [1.0]))
     hp = StepSizes(lr=0.7, lr_bias=1.2, weight_decay=0.1, batch=1)
     field = field_cls.build(model, hp, d.expectations.MonteCarlo(samples=500, seed=3))

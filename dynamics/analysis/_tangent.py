@@ -149,7 +149,9 @@ def linear_stability(field: AbstractField, ov0: Any, ts, *, modes: Any = None,
     ts = jnp.asarray(np.asarray(ts, dtype=np.float64))
     ov0 = modes.average(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0))
     y0 = _TLState(ov=ov0, phi=jnp.eye(modes.mu))
-    sol = solve(dfx.ODETerm(_TangentLinear(field, modes)), y0, ts, integrator)
+    # not reverse-differentiated: the plain while loop of the forward-mode adjoint
+    sol = solve(dfx.ODETerm(_TangentLinear(field, modes)), y0, ts, integrator,
+                adjoint=dfx.ForwardMode())
     ys = sol.ys
     assert ys is not None
     ok = bool(sol.result == dfx.RESULTS.successful)

@@ -88,7 +88,8 @@ class AbstractField(eqx.Module):
 def _node_sum(field: AbstractField, ov: PyTree) -> PyTree:
     """The field at `ov`: the weighted sum of the per-node derivatives, in chunks, which keeps
     the per-node intermediates in cache (2-3x faster on CPU than one vmap over all nodes)
-    without changing the result."""
+    without changing the result. Nodes that fit in one chunk are summed without a loop, which
+    is cheaper to trace, to differentiate and to compile."""
     x, w = field.nodes.x, field.nodes.w
     n = x.shape[0]
     c = min(max(1, field.chunk // field.batch), n)
@@ -98,6 +99,8 @@ def _node_sum(field: AbstractField, ov: PyTree) -> PyTree:
         w = jnp.concatenate([w, jnp.zeros(pad, w.dtype)])
 
     derivatives = _at_nodes(field, ov)
+    if x.shape[0] == c:
+        return jax.tree.map(lambda p: jnp.tensordot(w, p, axes=1), derivatives(x))
 
     def body(acc, xw):
         xs, ws = xw

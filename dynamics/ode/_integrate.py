@@ -180,7 +180,10 @@ def _solve_from(field, ov0, ts, integrator, progress):
     rejecting steps up to `max_steps`."""
     d0 = field(ts[0], ov0)
     ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(d0)]))
-    sol = solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress)
+    # never reverse-differentiated (a stored program): diffrax's forward-mode adjoint steps in a
+    # plain while loop, cheaper to trace than the checkpointed loop of reverse mode
+    sol = solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress,
+                adjoint=dfx.ForwardMode())
     return (jax.tree.leaves(sol.ys), jax.tree.leaves(d0), _status(sol.result),
             sol.stats["num_steps"], sol.stats["num_rejected_steps"])
 

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -206,8 +207,10 @@ def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: 
             check_stop()
             idx = np.minimum(np.arange(start, start + g), N - 1)   # pad the last group
             args = shard_leading((y0[idx], bm_keys[idx]))
+            # the paths are not reverse-differentiated here: the plain while loop of the
+            # forward-mode adjoint (`SDECurve` chooses its own)
             out = jax.block_until_ready(
-                solve_paths(sde, solver, *args, ts, grid_j, brownian))
+                solve_paths(sde, solver, *args, ts, grid_j, brownian, dfx.ForwardMode()))
             if start == 0:
                 compile_s = time.perf_counter() - t0
             ys.append(np.asarray(gather(out, min(g, N - start))))
