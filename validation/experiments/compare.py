@@ -412,7 +412,9 @@ def _solve_seeds(field, ov0s: Any, ts, integrator: Integrator):
     field's node chunks sized for that batch,
     [`headflow.dynamics.fields.AbstractField.batched`][])."""
     field = field.batched(jax.tree.leaves(ov0s)[0].shape[0])
-    sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator))(ov0s)
+    # not reverse-differentiated: the plain while loop of the forward-mode adjoint
+    sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator,
+                                           adjoint=dfx.ForwardMode()))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
 
 

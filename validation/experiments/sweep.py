@@ -140,7 +140,8 @@ def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noi
     def one(model, step_sizes, ov0):
         field = field_cls(model=model, steps=step_sizes, nodes=nodes,
                           sgd_noise=sgd_noise).batched(batch)
-        sol = solve(dfx.ODETerm(field), ov0, ts, integrator)
+        # not reverse-differentiated: the plain while loop of the forward-mode adjoint
+        sol = solve(dfx.ODETerm(field), ov0, ts, integrator, adjoint=dfx.ForwardMode())
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
                                    jnp.where(sol.result == dfx.RESULTS.max_steps_reached, 2, 3)))
