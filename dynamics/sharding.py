@@ -14,6 +14,7 @@ another size differently)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
@@ -23,6 +24,21 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 Tree = TypeVar("Tree")
+
+
+def map_batched(f: Callable[[Any], Any], xs: Any, batch_size: int) -> Any:
+    """`jax.lax.map(f, xs, batch_size=batch_size)` with `f` traced once: the leading axis is
+    padded to a multiple of `batch_size` by repeating its last item, and the padding's results
+    dropped (`lax.map` traces and compiles `f` a second time, vmapped over the remainder, when
+    the length is not a multiple). A batch of at most `batch_size` items is one `vmap`."""
+    n = jax.tree.leaves(xs)[0].shape[0]
+    if n <= batch_size:
+        return jax.vmap(f)(xs)
+    pad = -n % batch_size
+    if pad:
+        xs = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), xs)
+    ys = jax.lax.map(f, xs, batch_size=batch_size)
+    return jax.tree.map(lambda y: y[:n], ys) if pad else ys
 
 
 def shard_leading(tree: Tree, devices: list | None = None) -> Tree:

@@ -1,5 +1,6 @@
 """`headflow.dynamics._jit.jit_by_structure`: one compiled program per structure, with the Python
-floats of models and fields traced (weakly typed) rather than compiled in."""
+floats of models and fields traced (weakly typed) rather than compiled in; and
+`headflow.dynamics.sharding.map_batched`, a batched map whose function is traced once."""
 
 from __future__ import annotations
 
@@ -53,3 +54,29 @@ def test_inside_a_traced_program_it_is_the_function_itself():
     eager = f(_Model(0.5, 2), x)                       # outside: its own program
     np.testing.assert_allclose(np.asarray(eager), 0.5 * np.sin(np.linspace(0, 1, 4)) ** 2,
                                rtol=1e-14)
+
+
+def test_map_batched_traces_once_and_equals_the_map():
+    """`map_batched` gives `vmap`'s results for any length (below, at and above the batch, a
+    multiple or not) and traces the function once, where `lax.map` traces it again for the
+    remainder."""
+    from headflow.dynamics.sharding import map_batched
+
+    traces = []
+
+    def f(x):
+        traces.append(x.shape)
+        return {"a": jnp.sin(x[0]) * x[1], "b": 2.0 * x}
+
+    for n in (3, 8, 13, 16):
+        xs = jnp.arange(2.0 * n).reshape(n, 2) / n
+        traces.clear()
+        got = jax.jit(lambda xs: map_batched(f, xs, 8))(xs)
+        assert len(traces) == 1, (n, traces)
+        want = jax.vmap(f)(xs)
+        for k in want:
+            assert got[k].shape == want[k].shape
+            np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=1e-15)
+    traces.clear()
+    jax.jit(lambda xs: jax.lax.map(f, xs, batch_size=8))(jnp.ones((13, 2)))
+    assert len(traces) == 2

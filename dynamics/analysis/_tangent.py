@@ -18,6 +18,7 @@ from .._stop import check_stop
 from ..fields import AbstractField
 from .._model import AttentionBase
 from ..ode import Integrator, solve
+from ..sharding import map_batched
 from ._modes import HeadModes
 from ._symmetric import flatten, unflatten
 from ._units import UnitModes
@@ -182,8 +183,8 @@ def linear_stability(field: AbstractField, ov0: Any, ts, *, modes: Any = None,
 
 @eqx.filter_jit
 def _jacobians(field, modes, ovs):
-    return jax.lax.map(lambda o: restricted_jacobian(field, o, modes.standard[0], modes), ovs,
-                       batch_size=4)
+    return map_batched(lambda o: restricted_jacobian(field, o, modes.standard[0], modes), ovs,
+                       4)
 
 
 def _other_rate_fn(field: AbstractField, modes: HeadModes):

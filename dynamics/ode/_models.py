@@ -22,6 +22,7 @@ from ..fields import MAX_GROUP, AbstractField, ModelField, exact_field
 from ..models._base import GramState, ModelBase
 from ..models._params import CurvePoint
 from ..models._risk import model_risk
+from ..sharding import map_batched
 from ._backend import backend_of
 from ._curve import curve_solver
 from ._integrate import solve, traced_values
@@ -112,7 +113,7 @@ def states_risk(model: ModelBase, states: GramState, rule: MonteCarlo
 
 @eqx.filter_jit
 def _risks(model, flat, nodes):
-    return jax.lax.map(lambda s: model_risk(model, s, nodes), flat, batch_size=16)
+    return map_batched(lambda s: model_risk(model, s, nodes), flat, 16)
 
 
 def model_arrays(model: Any, state: PyTree) -> dict[str, Any]:
@@ -252,7 +253,7 @@ class LearningCurve(eqx.Module):
         """The risk at `ts`; NaN everywhere when the solve failed (blow-up, NaN,
         `max_steps`)."""
         field, ys, ok = self._solve(params)
-        risk = jax.lax.map(lambda s: self.risk(field.model, s), ys, batch_size=8)
+        risk = map_batched(lambda s: self.risk(field.model, s), ys, 8)
         return jnp.where(ok, risk, jnp.nan)
 
 

@@ -28,6 +28,7 @@ from ..models._params import CurvePoint
 from ..models._increment import sample_increment
 from ..ode import adjoint_of, model_field, named_start, traced_values
 from ..ode._models import as_float64, check_curve_params
+from ..sharding import map_batched
 from ._diffusion import AbstractDiffusion, centred_factor
 from ._run import _power_of_two, sde_setup
 from ._solve import AbstractBrownian, OverlapSDE, solve_paths
@@ -253,8 +254,8 @@ class SDECurve(eqx.Module):
         ys = solve_paths(sde, self.solver, y0, self.bm_keys, self.ts, self.grid, self.brownian,
                          self.adjoint)
         flat = ys.reshape(-1, ys.shape[-1])
-        r = jax.lax.map(lambda y: self.risk(model, diff.unflatten(y)), flat,
-                        batch_size=8).reshape(ys.shape[:2])
+        r = map_batched(lambda y: self.risk(model, diff.unflatten(y)), flat,
+                        8).reshape(ys.shape[:2])
         return jnp.where(jnp.all(jnp.isfinite(ys), axis=-1), r, jnp.nan)
 
     def __call__(self, params) -> Float[Array, " T"]:

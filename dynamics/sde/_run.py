@@ -23,7 +23,7 @@ from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
 from ..measures import escape_crossing
 from ..ode import bounded, model_arrays
-from ..sharding import gather, shard_leading
+from ..sharding import gather, map_batched, shard_leading
 from ._diffusion import AbstractDiffusion
 from ._solve import (AbstractBrownian, OverlapSDE, domain, get_brownian, get_sde_solver,
                      solve_paths, step_grid)
@@ -132,7 +132,7 @@ def build_sde(cfg: Config, dim: int, model: Any = None) -> OverlapSDE:
 
 @eqx.filter_jit
 def _initial(sample: Any, diffusion: AbstractDiffusion, keys, dim: Any):
-    return jax.lax.map(lambda k: diffusion.flatten(sample(k, dim)), keys, batch_size=8)
+    return map_batched(lambda k: diffusion.flatten(sample(k, dim)), keys, 8)
 
 
 def initial_states(cfg: Config, model: Any, keys: Key[Array, " n"], dim: int,

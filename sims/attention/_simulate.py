@@ -18,7 +18,7 @@ from headflow.dynamics import (Model, Overlaps, StepSizes, Teacher, Weights, pop
 from headflow.dynamics.expectations import MonteCarlo
 from headflow.dynamics.ode import traced_values
 from headflow.dynamics.models.attention import AttentionChainSGD, AttentionWeightSGD
-from headflow.dynamics.sharding import gather
+from headflow.dynamics.sharding import gather, map_batched
 
 from .._runs import simulate_sgd
 
@@ -122,4 +122,4 @@ def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int 
 @eqx.filter_jit
 def _risks(model: Model, flat: Overlaps, nodes: Any, batch_size: int):
     # the model's floats traced: one program for every value of them and every call
-    return jax.lax.map(lambda o: population_risk(model, o, nodes), flat, batch_size=batch_size)
+    return map_batched(lambda o: population_risk(model, o, nodes), flat, batch_size)

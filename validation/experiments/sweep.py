@@ -31,7 +31,7 @@ from headflow.dynamics.models import GramState, model_risk
 from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, frozen_init, initial_state,
                                    model_arrays, model_start, risk_rule, solve)
 from headflow.dynamics.models.attention import field_class
-from headflow.dynamics.sharding import gather, per_device, shard_batch
+from headflow.dynamics.sharding import gather, map_batched, per_device, shard_batch
 
 STATUS = ("ok", "diverged", "max_steps", "failed")
 
@@ -154,7 +154,7 @@ def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noi
             r, _ = risk_fn(model, safe, risk_nodes)
             return jnp.where(ok, r, jnp.nan)
 
-        risk = jax.lax.map(lambda a: risk_at(*a), (ys, finite), batch_size=16)
+        risk = map_batched(lambda a: risk_at(*a), (ys, finite), 16)
         return ys, code, risk, sol.stats["num_steps"]
 
     return eqx.filter_vmap(one)(models, steps, ov0s)

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import equinox as eqx
-import jax
 from jaxtyping import Array
 
 from ..._errors import ConfigError
@@ -17,6 +16,7 @@ from ..._risk import population_risk, risk_nodes
 from ...config import Config
 from ...expectations import AbstractExpectation, AbstractNodes
 from ...ode import traced_values
+from ...sharding import map_batched
 from ._full import FullField
 from ._manifold import ManifoldField
 
@@ -63,5 +63,4 @@ def trajectory_risk(model: AttentionBase, ov: Overlaps,
 
 @eqx.filter_jit
 def _risk_along(model, ov, nodes, manifold):
-    return jax.lax.map(lambda oi: population_risk(model, oi, nodes, manifold=manifold), ov,
-                       batch_size=8)
+    return map_batched(lambda oi: population_risk(model, oi, nodes, manifold=manifold), ov, 8)
