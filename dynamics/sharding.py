@@ -34,11 +34,18 @@ def map_batched(f: Callable[[Any], Any], xs: Any, batch_size: int) -> Any:
     n = jax.tree.leaves(xs)[0].shape[0]
     if n <= batch_size:
         return jax.vmap(f)(xs)
-    pad = -n % batch_size
-    if pad:
-        xs = jax.tree.map(lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]), xs)
-    ys = jax.lax.map(f, xs, batch_size=batch_size)
-    return jax.tree.map(lambda y: y[:n], ys) if pad else ys
+    size = -(-n // batch_size) * batch_size
+    ys = jax.lax.map(f, jax.tree.map(lambda x: _repeat_last(x, size), xs),
+                     batch_size=batch_size)
+    return jax.tree.map(lambda y: y[:n], ys) if size > n else ys
+
+
+def _repeat_last(x: Any, size: int) -> jax.Array:
+    """`x` with its leading axis padded to `size` by repeating its last item."""
+    x = jnp.asarray(x)
+    if x.shape[0] == size:
+        return x
+    return jnp.concatenate([x, jnp.repeat(x[-1:], size - x.shape[0], axis=0)])
 
 
 def shard_leading(tree: Tree, devices: list | None = None) -> Tree:
@@ -92,10 +99,7 @@ def shard_batch(tree: Tree, n: int) -> Tree:
             return x
         if x.shape[0] != n:
             raise ValueError(f"shard_batch: a leaf has leading axis {x.shape[0]}, expected {n}")
-        x = jnp.asarray(x)
-        if size == n:
-            return x
-        return jnp.concatenate([x, jnp.repeat(x[-1:], size - n, axis=0)])
+        return _repeat_last(x, size)
 
     return shard_leading(jax.tree.map(pad, tree))
 

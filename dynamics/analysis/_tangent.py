@@ -17,7 +17,7 @@ from .._jit import jit_by_structure
 from .._stop import check_stop
 from ..fields import AbstractField
 from .._model import AttentionBase
-from ..ode import Integrator, solve
+from ..ode import NOT_DIFFERENTIATED, Integrator, solve
 from ..sharding import map_batched
 from ._modes import HeadModes
 from ._symmetric import flatten, unflatten
@@ -150,9 +150,8 @@ def linear_stability(field: AbstractField, ov0: Any, ts, *, modes: Any = None,
     ts = jnp.asarray(np.asarray(ts, dtype=np.float64))
     ov0 = modes.average(jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), ov0))
     y0 = _TLState(ov=ov0, phi=jnp.eye(modes.mu))
-    # not reverse-differentiated: the plain while loop of the forward-mode adjoint
     sol = solve(dfx.ODETerm(_TangentLinear(field, modes)), y0, ts, integrator,
-                adjoint=dfx.ForwardMode())
+                adjoint=NOT_DIFFERENTIATED)
     ys = sol.ys
     assert ys is not None
     ok = bool(sol.result == dfx.RESULTS.successful)

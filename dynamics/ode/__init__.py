@@ -3,6 +3,7 @@ differentiable learning curves."""
 
 from ._integrate import BLOWUP as BLOWUP
 from ._integrate import BlowUp as BlowUp
+from ._integrate import NOT_DIFFERENTIATED as NOT_DIFFERENTIATED
 from ._integrate import bounded as bounded
 from ._integrate import Integrator as Integrator
 from ._integrate import ODESolution as ODESolution

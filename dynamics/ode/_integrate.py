@@ -118,6 +118,13 @@ class Integrator(eqx.Module):
             self.controller, jump_ts=jnp.asarray(times, jnp.float64)))
 
 
+NOT_DIFFERENTIATED: dfx.AbstractAdjoint = dfx.ForwardMode()
+"""The adjoint of a solve that is never reverse-differentiated (the ODE's stored program, the
+tangent-linear solve, the SDE ensembles, sweeps): diffrax's forward-mode adjoint steps in a plain
+while loop, cheaper to trace and compile than the checkpointed loop of reverse mode, with the
+same steps and results."""
+
+
 @eqx.filter_jit
 def solve(terms, y0, ts: Float[Array, " T"], integrator: Integrator, *, args=None,
           progress: dfx.AbstractProgressMeter = dfx.NoProgressMeter(),
@@ -180,10 +187,8 @@ def _solve_from(field, ov0, ts, integrator, progress):
     rejecting steps up to `max_steps`."""
     d0 = field(ts[0], ov0)
     ok = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(d0)]))
-    # never reverse-differentiated (a stored program): diffrax's forward-mode adjoint steps in a
-    # plain while loop, cheaper to trace than the checkpointed loop of reverse mode
     sol = solve(dfx.ODETerm(_Guarded(field, ok)), ov0, ts, integrator, progress=progress,
-                adjoint=dfx.ForwardMode())
+                adjoint=NOT_DIFFERENTIATED)
     return (jax.tree.leaves(sol.ys), jax.tree.leaves(d0), _status(sol.result),
             sol.stats["num_steps"], sol.stats["num_rejected_steps"])
 

@@ -9,7 +9,6 @@ import sys
 import time
 from typing import Any
 
-import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -22,7 +21,7 @@ from .._stop import check_stop
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, MIN_SAMPLES, MonteCarlo, get_expectation
 from ..measures import escape_crossing
-from ..ode import bounded, model_arrays
+from ..ode import NOT_DIFFERENTIATED, bounded, model_arrays
 from ..sharding import gather, map_batched, shard_leading
 from ._diffusion import AbstractDiffusion
 from ._solve import (AbstractBrownian, OverlapSDE, domain, get_brownian, get_sde_solver,
@@ -207,10 +206,8 @@ def solve_groups(sde: OverlapSDE, solver, y0, bm_keys, times: np.ndarray, grid: 
             check_stop()
             idx = np.minimum(np.arange(start, start + g), N - 1)   # pad the last group
             args = shard_leading((y0[idx], bm_keys[idx]))
-            # the paths are not reverse-differentiated here: the plain while loop of the
-            # forward-mode adjoint (`SDECurve` chooses its own)
-            out = jax.block_until_ready(
-                solve_paths(sde, solver, *args, ts, grid_j, brownian, dfx.ForwardMode()))
+            out = jax.block_until_ready(         # `SDECurve` chooses its own adjoint
+                solve_paths(sde, solver, *args, ts, grid_j, brownian, NOT_DIFFERENTIATED))
             if start == 0:
                 compile_s = time.perf_counter() - t0
             ys.append(np.asarray(gather(out, min(g, N - start))))

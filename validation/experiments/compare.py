@@ -16,8 +16,8 @@ import numpy as np
 from headflow.dynamics import ATTENTION, Config, DivergenceError, HeadflowError, Layout, Overlaps
 from headflow.dynamics.measures import (ESCAPE_THRESHOLD, escape_crossing, escape_quantiles,
                                         head_spread)
-from headflow.dynamics.ode import (BLOWUP, Integrator, ODEResult, build, explain,
-                                   model_arrays, run_ode, solve, traced_values)
+from headflow.dynamics.ode import (BLOWUP, NOT_DIFFERENTIATED, Integrator, ODEResult, build,
+                                   explain, model_arrays, run_ode, solve, traced_values)
 from headflow.dynamics.sde import SDEResult, run_sde
 from headflow.sims import SGDResult, run_sgd
 
@@ -412,9 +412,8 @@ def _solve_seeds(field, ov0s: Any, ts, integrator: Integrator):
     field's node chunks sized for that batch,
     [`headflow.dynamics.fields.AbstractField.batched`][])."""
     field = field.batched(jax.tree.leaves(ov0s)[0].shape[0])
-    # not reverse-differentiated: the plain while loop of the forward-mode adjoint
     sol = eqx.filter_vmap(lambda ov: solve(dfx.ODETerm(field), ov, ts, integrator,
-                                           adjoint=dfx.ForwardMode()))(ov0s)
+                                           adjoint=NOT_DIFFERENTIATED))(ov0s)
     return sol.ys, sol.result, sol.stats["num_steps"]
 
 

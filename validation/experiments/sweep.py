@@ -28,8 +28,8 @@ from headflow.dynamics.fields import (ExactField, ModelField, exact_backend, has
                                       model_nodes)
 from headflow.dynamics.models.attention import key_nodes
 from headflow.dynamics.models import GramState, model_risk
-from headflow.dynamics.ode import (BlowUp, Integrator, backend_of, frozen_init, initial_state,
-                                   model_arrays, model_start, risk_rule, solve)
+from headflow.dynamics.ode import (NOT_DIFFERENTIATED, BlowUp, Integrator, backend_of, frozen_init,
+                                   initial_state, model_arrays, model_start, risk_rule, solve)
 from headflow.dynamics.models.attention import field_class
 from headflow.dynamics.sharding import gather, map_batched, per_device, shard_batch
 
@@ -140,8 +140,7 @@ def _solve_group(models, steps, ov0s, nodes, ts, integrator, risk_nodes, sgd_noi
     def one(model, step_sizes, ov0):
         field = field_cls(model=model, steps=step_sizes, nodes=nodes,
                           sgd_noise=sgd_noise).batched(batch)
-        # not reverse-differentiated: the plain while loop of the forward-mode adjoint
-        sol = solve(dfx.ODETerm(field), ov0, ts, integrator, adjoint=dfx.ForwardMode())
+        sol = solve(dfx.ODETerm(field), ov0, ts, integrator, adjoint=NOT_DIFFERENTIATED)
         code = jnp.where(sol.result == dfx.RESULTS.successful, 0,
                          jnp.where(sol.result == dfx.RESULTS.event_occurred, 1,
                                    jnp.where(sol.result == dfx.RESULTS.max_steps_reached, 2, 3)))
