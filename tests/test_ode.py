@@ -298,7 +298,7 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
 # before it share
 @pytest.mark.slow
 def test_stiff_solver_matches_the_explicit_one():
-    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=256",
+    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=64",
                                "sim.dim=300", "model.L=2"])
     a = run_ode(cfg)
     # the implicit solve takes ~200 steps, each a Newton iteration with a Jacobian: its run
