@@ -298,7 +298,7 @@ def test_ensemble_matches_overlap_chain_sgd():
     from headflow import sims
 
     cfg = _small_cfg(**{"training.t_max": 5.0, "output.n_save": 6, "sde.dt": 0.2,
-                        "sde.samples_drift": 1024, "sde.samples_noise": 256,
+                        "sde.samples_drift": 512, "sde.samples_noise": 256,
                         "sim.space": "overlaps", "sim.risk_samples": 4096})
     n = 40
     sde = run_sde(cfg, dim=200, paths=n)
