@@ -1,5 +1,5 @@
 """Online SGD of the committee machine (`kind = "committee"`, `docs/committee.md`): the weight-space
-step against a hand-written numpy step to round-off; at D = 1000 (erf units, K = M = 2, both
+step against a hand-written numpy step to round-off; at D = 500 (erf units, K = M = 2, both
 layers trained, label noise σ = 0.1, η = η_v = 0.5, t ≤ 10: the fall of the risk into the
 unspecialized plateau) weight-space and overlap-space SGD agree with each other in law
 (two-sample KS on every order parameter and the risk at every save time), their seed means
@@ -94,9 +94,9 @@ def test_weight_step_equals_numpy_step(case):
     np.testing.assert_array_equal(np.asarray(new.params["A"]), A)
 
 
-# -- runs at D = 1000 ------------------------------------------------------------------------------
+# -- runs at D = 500 -------------------------------------------------------------------------------
 
-D, T_MAX, N_SAVE = 1000, 10.0, 6
+D, T_MAX, N_SAVE = 500, 10.0, 6
 SEEDS_W, SEEDS_O = range(64), range(1000, 1256)
 
 TOML = f"""
