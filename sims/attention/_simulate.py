@@ -6,19 +6,17 @@ driver of `headflow.sims`, as [`headflow.sims.run_sgd`][] runs them for a config
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from headflow.dynamics import (Model, Overlaps, StepSizes, Teacher, Weights, population_risk,
-                               require_x64, risk_nodes)
+from headflow.dynamics import Model, Overlaps, StepSizes, Teacher, Weights, require_x64
 from headflow.dynamics.expectations import MonteCarlo
-from headflow.dynamics.ode import traced_values
-from headflow.dynamics.models.attention import AttentionChainSGD, AttentionWeightSGD
-from headflow.dynamics.sharding import gather, map_batched
+from headflow.dynamics.models.attention import (AttentionChainSGD, AttentionWeightSGD,
+                                                trajectory_risk)
+from headflow.dynamics.sharding import gather
 
 from .._runs import simulate_sgd
 
@@ -108,18 +106,13 @@ def simulate_overlaps(model: Model, hp: StepSizes, *, dim: int, seeds, times,
     return sgd.states(recorded)
 
 
-def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int = 0,
-                  batch_size: int = 8) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
+def recorded_risk(model: Model, ov: Overlaps, *, samples: int = 8192, seed: int = 0
+                  ) -> tuple[Float[Array, "*batch"], Float[Array, "*batch"]]:
     """Population risk and its Monte Carlo error for overlaps with any leading batch axes
-    (fixed nodes for all of them: common random numbers)."""
-    nodes = risk_nodes(model, MonteCarlo(samples=samples, seed=seed))
+    (fixed nodes for all of them: common random numbers), by the ODE's risk along a trajectory
+    ([`headflow.dynamics.models.attention.trajectory_risk`][]) over the flattened batch."""
     batch_shape = ov.b.shape[:-1]
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch_shape):]), ov)
-    risk, err = _risks(traced_values(model), flat, nodes, batch_size)
+    risk, err = trajectory_risk(model, flat, MonteCarlo(samples=samples, seed=seed),
+                                manifold=False)
     return risk.reshape(batch_shape), err.reshape(batch_shape)
-
-
-@eqx.filter_jit
-def _risks(model: Model, flat: Overlaps, nodes: Any, batch_size: int):
-    # the model's floats traced: one program for every value of them and every call
-    return map_batched(lambda o: population_risk(model, o, nodes), flat, batch_size)
