@@ -24,23 +24,27 @@ def jit_by_structure(fn: Callable) -> Callable:
     float32 simulation stays float32. Called outside a traced program, a function of a field or
     a model then compiles once per structure and shapes, where run op by op it would compile
     each of its primitives (and a `lax.scan` anew at every call). Called with an argument traced
-    by an enclosing transformation (`jit`, `vmap`, `linearize`, a diffrax solve), it is `fn`
-    itself, traced as part of that program. Only for functions that never branch in Python on
-    those floats (the vector fields and risks, whose floats the ODE's solve traces as well)."""
+    by an enclosing transformation (`jit`, `vmap`, `linearize`, a diffrax solve), its jaxpr is
+    inlined into that program (`jax.jit(..., inline=True)`: no nested call), and that jaxpr is
+    traced once per structure and shapes: a diffrax solve evaluates its vector field at several
+    places (the first step size, the solver's first stage, the stages of a step), which then
+    run the Python function once. Only for functions that never branch in Python on those
+    floats (the vector fields and risks, whose floats the ODE's solve traces as well)."""
 
     def run(dynamic, treedef, static):
         args, kwargs = eqx.combine(dynamic, jax.tree.unflatten(treedef, static))
         return fn(*args, **kwargs)
 
     run.__name__, run.__qualname__ = fn.__name__, fn.__qualname__    # the program's name
+    inlined = jax.jit(run, static_argnums=(1, 2), inline=True)
     run = jax.jit(run, static_argnums=(1, 2))
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((args, kwargs))):
-            return fn(*args, **kwargs)      # inside a traced program: traced with it, as it is
         dynamic, static = eqx.partition((args, kwargs), _traced)
         leaves, treedef = jax.tree.flatten(static)
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(dynamic)):
+            return inlined(dynamic, treedef, tuple(leaves))
         return run(dynamic, treedef, tuple(leaves))
 
     return wrapper

@@ -43,17 +43,33 @@ def test_floats_are_traced_and_the_rest_keys_the_program():
     assert len(traces) == 5
 
 
-def test_inside_a_traced_program_it_is_the_function_itself():
-    """Called on traced arguments (here under `jax.jit` and `jax.linearize`), the function is
-    traced into the enclosing program: no nested jitted call appears in its jaxpr."""
-    f = jit_by_structure(lambda model, x: model.scale * jnp.sin(x) ** model.power)
+def test_inside_a_traced_program_it_is_inlined_and_traced_once():
+    """Called on traced arguments (here under `jax.jit` and `jax.linearize`), the function's
+    jaxpr is inlined into the enclosing program: no nested jitted call appears in its jaxpr. The
+    function is traced once per structure: called again inside enclosing programs, with other
+    floats, its cached jaxpr is inlined without running the Python function again (and the
+    program it compiles to outside any trace starts from the same jaxpr)."""
+    traces = []
+
+    def g(model, x):
+        traces.append(model.power)
+        return model.scale * jnp.sin(x) ** model.power
+
+    f = jit_by_structure(g)
     x = jnp.linspace(0.0, 1.0, 4)
     jaxpr = jax.make_jaxpr(lambda x: jax.linearize(lambda y: f(_Model(0.5, 2), y), x)[1](x))(x)
     names = {eqn.primitive.name for eqn in jaxpr.jaxpr.eqns}
     assert "sin" in names and not names & {"pjit", "jit"}, names
-    eager = f(_Model(0.5, 2), x)                       # outside: its own program
+    assert len(traces) == 1
+    both = jax.jit(lambda x: f(_Model(0.5, 2), x) + f(_Model(-1.0, 2), 2 * x))(x)
+    assert len(traces) == 1                            # the same structure: not traced again
+    np.testing.assert_allclose(np.asarray(both), 0.5 * np.sin(np.linspace(0, 1, 4)) ** 2
+                               - np.sin(2 * np.linspace(0, 1, 4)) ** 2, rtol=1e-14)
+    eager = f(_Model(0.5, 2), x)      # outside: its own program, from the same trace
     np.testing.assert_allclose(np.asarray(eager), 0.5 * np.sin(np.linspace(0, 1, 4)) ** 2,
                                rtol=1e-14)
+    jax.make_jaxpr(lambda x: f(_Model(0.5, 3), x))(x)  # another int: another structure
+    assert traces == [2, 3]
 
 
 def test_map_batched_traces_once_and_equals_the_map():
