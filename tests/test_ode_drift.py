@@ -18,7 +18,7 @@ from headflow.dynamics import StepSizes
 from headflow.dynamics.models.attention import FullField, ManifoldField
 from headflow.sims.attention import sgd_step
 
-D = 2000
+D = 1000
 N_SGD = 1 << 13
 N_ODE = 1 << 15
 FIELDS = ("m", "q", "n", "s", "b", "kv", "kvs", "vks")
