@@ -33,6 +33,7 @@ from ._risk import population_risk as population_risk
 from ._risk import risk_nodes as risk_nodes
 from ._schedule import Schedule as Schedule
 from ._exported import set_export_cache as set_export_cache
+from ._node_cache import set_node_cache as set_node_cache
 from ._source_cache import set_source_cache as set_source_cache
 from ._steps import StepSizes as StepSizes
 from ._stop import Interrupted as Interrupted

@@ -193,3 +193,59 @@ def test_program_key_follows_structure_not_values():
     assert key([], max_steps=1234) != base
     assert key(['model.activation="relu"']) != base
     assert key(["model.K=3"]) != base
+
+
+def test_node_sets_are_stored_and_read_back_exactly(tmp_path, monkeypatch):
+    """A quasi-Monte Carlo node set is drawn once and then read from the node cache
+    (`headflow.dynamics.set_node_cache`), bit for bit the drawn one; other arguments are other
+    files; a damaged file or one of another shape is drawn and written again."""
+    from headflow.dynamics import set_node_cache
+    from headflow.dynamics._node_cache import node_cache
+    from headflow.dynamics.expectations import QuasiMonteCarlo
+
+    session = node_cache()
+    try:
+        set_node_cache(None)
+        drawn = np.asarray(QuasiMonteCarlo(samples=256, seed=3).nodes(5).x)
+        set_node_cache(tmp_path)
+        first = np.asarray(QuasiMonteCarlo(samples=256, seed=3).nodes(5).x)
+        (stored,) = _files(tmp_path)
+        np.testing.assert_array_equal(first, drawn)
+        with monkeypatch.context() as m:               # read back, not drawn
+            m.setattr(QuasiMonteCarlo, "_draw", lambda self, dim: pytest.fail("drawn again"))
+            np.testing.assert_array_equal(QuasiMonteCarlo(samples=256, seed=3).nodes(5).x,
+                                          drawn)
+        for other in (QuasiMonteCarlo(samples=256, seed=4), QuasiMonteCarlo(samples=512, seed=3)):
+            other.nodes(5)
+        QuasiMonteCarlo(samples=256, seed=3).nodes(6)
+        assert len(_files(tmp_path)) == 4
+        for damage in (b"damaged", None):
+            if damage is None:
+                np.save(stored, drawn[:7])                 # a readable array of another shape
+            else:
+                stored.write_bytes(damage)
+            np.testing.assert_array_equal(QuasiMonteCarlo(samples=256, seed=3).nodes(5).x,
+                                          drawn)
+            np.testing.assert_array_equal(np.load(stored), drawn)
+    finally:
+        set_node_cache(session)
+
+
+_NODES_PROBE = r"""
+import sys
+from headflow.dynamics import set_node_cache
+from headflow.dynamics.expectations import QuasiMonteCarlo
+set_node_cache(sys.argv[1])
+x = QuasiMonteCarlo(samples=256, seed=3).nodes(5).x
+print(repr(float(x.sum())), "scipy.stats" in sys.modules)
+"""
+
+
+def test_stored_nodes_spare_the_scipy_stats_import(tmp_path):
+    """A fresh process whose node set is stored reads it without importing `scipy.stats`; the
+    process that drew it had to."""
+    runs = [subprocess.run([sys.executable, "-c", _NODES_PROBE, str(tmp_path)],
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    (drew_sum, drew), (read_sum, read) = (r.stdout.split() for r in runs)
+    assert (drew, read) == ("True", "False") and read_sum == drew_sum

@@ -1,11 +1,13 @@
 """Caches between runs: JAX's persistent compilation cache, the ODE's exported programs
-(`headflow.dynamics.set_export_cache`) and the generated symbolic code.
+(`headflow.dynamics.set_export_cache`), the generated symbolic code and the quasi-Monte Carlo
+node sets (`headflow.dynamics.set_node_cache`).
 
 All live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headflow`, else
 `~/.cache/headflow`. `headflow --no-cache …` or `HEADFLOW_CACHE=0` turns them off. A second
-run of the same problem (other values allowed) then skips compilation, the sympy derivation and
-the tracing of the ODE's solve. The results cache of the same folder
-(`headflow.validation._results`) skips even that for a repeated `headflow ode`. Importing this
+run of the same problem (other values allowed) then skips compilation, the sympy derivation,
+the tracing of the ODE's solve and drawing its nodes (with the import of `scipy.stats`). The
+results cache of the same folder (`headflow.validation._results`) skips even that for a
+repeated `headflow ode`. Importing this
 module imports nothing heavy (JAX by [`configure`][]; sympy only by the commands that derive or
 generate code).
 """
@@ -41,10 +43,11 @@ def _off() -> None:
     """All caches off (also when an earlier call in this process had turned them on)."""
     import jax
 
-    from headflow.dynamics import set_export_cache, set_source_cache
+    from headflow.dynamics import set_export_cache, set_node_cache, set_source_cache
 
     set_source_cache(None)
     set_export_cache(None)
+    set_node_cache(None)
     jax.config.update("jax_compilation_cache_dir", None)
 
 
@@ -57,7 +60,7 @@ def configure(enabled: bool = True) -> Path | None:
         return None
     import jax
 
-    from headflow.dynamics import set_export_cache, set_source_cache
+    from headflow.dynamics import set_export_cache, set_node_cache, set_source_cache
 
     root = cache_root()
     options = jax_cache_options(root)
@@ -70,4 +73,5 @@ def configure(enabled: bool = True) -> Path | None:
         jax.config.update(option, value)
     set_source_cache(root / "symbolic")
     set_export_cache(root / "exported")
+    set_node_cache(root / "nodes")
     return root
