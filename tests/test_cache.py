@@ -48,6 +48,7 @@ def test_repeated_run_uses_the_cache(tmp_path):
     jax_entries = _files(cache / "jax")
     assert jax_entries, "no compiled program was cached"
     assert _files(cache / "symbolic"), "the generated symbolic code was not cached"
+    assert _files(cache / "nodes"), "the quasi-Monte Carlo nodes were not cached"
     # the same experiment through another command line (the results cache keys on the
     # arguments, so this one is computed, from the cached programs)
     warm = _ode(tmp_path / "b", cache, after=("--set", "ode.seed=0"))["wall_s"]

@@ -7,9 +7,8 @@ All live in one user folder: `$HEADFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/headfl
 run of the same problem (other values allowed) then skips compilation, the sympy derivation,
 the tracing of the ODE's solve and drawing its nodes (with the import of `scipy.stats`). The
 results cache of the same folder (`headflow.validation._results`) skips even that for a
-repeated `headflow ode`. Importing this
-module imports nothing heavy (JAX by [`configure`][]; sympy only by the commands that derive or
-generate code).
+repeated `headflow ode`. Importing this module imports nothing heavy (JAX by [`configure`][];
+sympy only by the commands that derive or generate code).
 """
 
 from __future__ import annotations
