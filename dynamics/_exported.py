@@ -110,11 +110,11 @@ def _load_or_export(fn: Callable, stem: Path, leaves: list, tree: Any, static: A
             exported = jax.export.export(jax.jit(flat))(specs)
             data = exported.serialize()
         except NotImplementedError:                    # host callbacks
-            _write(refused, b"")
+            write_atomically(refused, b"")
             return None
         except ImportError:                            # no flatbuffers
             return None
-        _write(path, data)
+        write_atomically(path, data)
     return jax.jit(exported.call).lower(leaves).compile()
 
 
@@ -136,11 +136,7 @@ def program_key(args: Any) -> str:
         h.update(f"leaf {_describe(leaf)};".encode())
     for leaf in jax.tree.leaves(dyn):
         h.update(f"array {np.shape(leaf)} {_dtype(leaf)} {_weak(leaf)};".encode())
-    for name in _PACKAGES:
-        try:
-            h.update(f"{name}={metadata.version(name)};".encode())
-        except metadata.PackageNotFoundError:
-            h.update(f"{name}=-;".encode())
+    h.update(package_versions(_PACKAGES).encode())
     for option in ("jax_enable_x64", "jax_disable_most_optimizations",
                    "jax_default_matmul_precision", "jax_numpy_rank_promotion"):
         h.update(f"{option}={jax.config.values.get(option)!r};".encode())
@@ -150,8 +146,20 @@ def program_key(args: Any) -> str:
     device = jax.devices()[0]
     h.update(f"{device.platform} {device.device_kind} {jax.device_count()};".encode())
     for path in _source_files(classes):
-        h.update(f"{path}={_file_digest(path)};".encode())
+        h.update(f"{path}={file_digest(path)};".encode())
     return h.hexdigest()[:40]
+
+
+def package_versions(names: tuple[str, ...]) -> str:
+    """`name=version;` for each package of `names` (`-` where it is not installed): part of
+    the keys of what is stored between processes."""
+    out = []
+    for name in names:
+        try:
+            out.append(f"{name}={metadata.version(name)};")
+        except metadata.PackageNotFoundError:
+            out.append(f"{name}=-;")
+    return "".join(out)
 
 
 def _name(cls: type) -> str:
@@ -211,7 +219,9 @@ def _source_files(classes: set[type]) -> list[str]:
     return _SOURCES[0][1]
 
 
-def _file_digest(path: str) -> str:
+def file_digest(path: str) -> str:
+    """The SHA-256 of the file at `path` ('-' when unreadable), read again only when its
+    modification time or size changed."""
     try:
         stat = os.stat(path)
     except OSError:
@@ -237,7 +247,7 @@ def _read(path: Path) -> Any:
         return None
 
 
-def _write(path: Path, data: bytes | bytearray) -> None:
+def write_atomically(path: Path, data: bytes | bytearray) -> None:
     """Store `data` at `path` through a temporary file (silently nothing when the folder cannot
     be written: a cache is never a reason to fail)."""
     try:

@@ -1,12 +1,12 @@
 import hashlib
-import os
-from importlib import metadata
+import io
 from pathlib import Path
 
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
+from .._exported import file_digest, package_versions, write_atomically
 from .._node_cache import node_cache
 from ._base import AbstractExpectation, ReplicateNodes
 
@@ -52,14 +52,8 @@ def _stored_path(samples: int, replicates: int, seed: int, dim: int) -> Path | N
     folder = node_cache()
     if folder is None:
         return None
-    versions = []
-    for name in ("scipy", "numpy"):
-        try:
-            versions.append(f"{name}={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            versions.append(f"{name}=-")
-    digest = hashlib.sha256(Path(__file__).read_bytes()
-                            + ";".join(versions).encode()).hexdigest()[:16]
+    digest = hashlib.sha256((file_digest(__file__)
+                             + package_versions(("scipy", "numpy"))).encode()).hexdigest()[:16]
     return folder / f"qmc-n{samples}-r{replicates}-s{seed}-d{dim}-{digest}.npy"
 
 
@@ -78,18 +72,10 @@ def _load(path: Path | None, shape: tuple[int, int]) -> np.ndarray | None:
 
 
 def _store(path: Path | None, x: np.ndarray) -> None:
-    """Write `x` to `path` through a temporary file (a reader never sees half a file); a
-    cache that cannot be written is only slower."""
+    """Write `x` to `path` as `.npy` through a temporary file (`write_atomically`: a reader never
+    sees half a file; a cache that cannot be written is only slower)."""
     if path is None:
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            np.save(f, x, allow_pickle=False)
-        tmp.replace(path)
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    buf = io.BytesIO()
+    np.save(buf, x, allow_pickle=False)
+    write_atomically(path, buf.getvalue())
