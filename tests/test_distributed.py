@@ -25,11 +25,13 @@ REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 900.0
 """For a whole group of processes (about a minute each on two idle cores)."""
 
-SWEEP_SETS = ['model.activation="softmax1"', "model.L=3", "ode.samples=256",
-              'ode.expectation="qmc"', 'ode.rhs="autodiff"', "training.t_max=2.0",
+# the drivers split points and seeds over processes whatever the model: the runs are of a small
+# committee (a linear one for the sweep, whose ODE diverges at a large η), which compiles in a
+# fraction of the attention model's time
+SWEEP_SETS = ['model.kind="committee"', 'model.activation="linear"', "training.t_max=2.0",
               "output.n_save=5"]
-SGD_SETS = ["sim.dim=60", "sim.seeds=3", "training.t_max=1.0", "output.n_save=5",
-            "sim.risk_samples=256"]
+SGD_SETS = ['model.kind="committee"', "sim.dim=60", "sim.seeds=3", "training.t_max=1.0",
+            "output.n_save=5"]
 
 
 def _free_port() -> int:
@@ -129,7 +131,7 @@ def test_two_processes_sweep_equals_one_process(tmp_path):
     most 6e-16 here; not bit for bit, since XLA vectorizes a batch of another size
     differently), statuses and phases exactly."""
     command = ["sweep", *_sets(SWEEP_SETS), "--grid", "training.lr=0.5,1.0,60.0", "--grid",
-               "prior.amplitude=1.0,3.0"]
+               "model.noise=0.0,0.3"]
     dist_out, ref_out, results = _run_both(tmp_path, command)
     _check_only_process_0_wrote(tmp_path, dist_out, results)
     dist, ref = np.load(dist_out / "sweep.npz"), np.load(ref_out / "sweep.npz")
