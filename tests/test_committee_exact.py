@@ -391,7 +391,7 @@ def test_vector_rhs_matches_loops(train, sigma):
 # -- 3. trajectories through a plateau ---------------------------------------------------------
 TRAJECTORY_CASES = [  # K, M, train second layer, σ, η, η_v, v0, seed of R0
     (2, 2, False, 0.0, 0.5, 0.0, 1.0, 1),
-    (2, 2, True, 0.3, 0.5, 0.5, 0.5, 0),
+    # (2, 2, True, 0.3, 0.5, 0.5, 0.5, 0): through the config, test_run_ode_config_matches_...
     pytest.param(3, 3, False, 0.2, 0.5, 0.0, 1.0, 2, marks=pytest.mark.slow),
 ]
 T_MAX = 1000.0
@@ -480,6 +480,7 @@ def test_run_ode_config_matches_reference():
     assert cfg.ode.expectation == "exact"
     C0, v0, A = plateau_start(2, 2, 0.5, 0)
     res = run_ode(cfg, gram_state(C0, v0, A), TIMES)
+    assert np.all(res.arrays()["risk_err"] == 0.0)          # the closed-form risk
     diff = differences(res.arrays(), reference_trajectory(2, 2, True, 0.3, 0.5, 0.5, C0, v0, A),
                        2)
     print("run_ode(config): " + ", ".join(f"{k} {d:.2e}" for k, d in diff.items()))
