@@ -140,14 +140,12 @@ def test_manifold_field_is_tangent_to_the_invariant_subspaces(activation, sample
     assert float(jnp.max(jnp.abs(dm[:, 1] - dm[:, 2]))) < 1e-12 * _scale(dm)
 
 
-@pytest.mark.parametrize("activation", [
-    pytest.param("softmax", marks=pytest.mark.slow),
-    pytest.param("softmax1", marks=pytest.mark.slow),
-    "bayes_softmax"])
-def test_ode_stays_on_the_invariant_subspace(activation):
+def test_ode_stays_on_the_invariant_subspace():
     """Integrated from a state with zero overlap on the sign-symmetric features and equal
-    heads, the 256-node ODE stays there to round-off while the rest moves at O(1)."""
-    field = build_field(_cfg(activation, 256))
+    heads, the 256-node ODE stays there to round-off while the rest moves at O(1) (Bayes-softmax
+    heads; that every activation's field is tangent to the subspace is checked above, and what
+    the integration adds does not depend on the activation)."""
+    field = build_field(_cfg("bayes_softmax", 256))
     zero = (1, 2)
     ov0 = _state(jr.key(7), 2, 3, zero=zero, equal_heads=True)
     sol = integrate(field, ov0, np.linspace(0.0, 3.0, 4), Integrator.adaptive(rtol=1e-8))
