@@ -92,7 +92,7 @@ def _risk(z, i2) -> np.ndarray:
 RUNS = {
     # name: (command, --set overrides, K, M, leading run axis)
     "ode-erf": ("ode", [], 2, 2, None),
-    "ode-relu": ("ode", ["model.activation=\"relu\"", "model.M=3", "ode.samples=4096"], 2, 3,
+    "ode-relu": ("ode", ["model.activation=\"relu\"", "model.M=3", "ode.samples=1024"], 2, 3,
                  None),
     "sgd-weights": ("sgd", [], 2, 2, 3),
     "sgd-overlaps": ("sgd", ["sim.space=\"overlaps\"", "sim.seeds=4"], 2, 2, 4),
