@@ -21,7 +21,7 @@ from headflow.dynamics.units import get_unit
 
 @pytest.mark.parametrize("K, M, unit, sigma, both", [
     (1, 1, "erf", 0.0, True), (2, 1, "erf", 0.3, False), (2, 3, "erf", 0.5, True),
-    (3, 2, "linear", 0.2, True), (4, 4, "erf", 0.1, True)])
+    (3, 2, "linear", 0.2, True), (3, 3, "erf", 0.1, True)])
 def test_derived_rhs_equals_exact_field(K, M, unit, sigma, both):
     model = Committee(K=K, M=M, unit=get_unit(unit), noise=sigma, train_second_layer=both,
                       init_first_std=0.7)
