@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -96,12 +97,15 @@ def test_cache_off_writes_nothing(tmp_path):
     assert _files(tmp_path / "c1") == [] and _files(tmp_path / "c2") == []
 
 
-# Runs `headflow ode` through `headflow.validation.cli.main` and reports (JSON, last line) its exit
-# status and which heavy modules the process imported.
+# Runs `headflow ode` as `python -m headflow.validation` does (the module's `__main__`, the same
+# modules loaded as by `_ode`) and reports (JSON, last line) its exit status and which heavy
+# modules the process imported.
 _REPLAY_PROBE = r"""
-import json, sys
-from headflow.validation.cli import main
-code = main(sys.argv[1:])
+import json, runpy, sys
+try:
+    runpy.run_module("headflow.validation", run_name="__main__", alter_sys=True)
+except SystemExit as stop:
+    code = stop.code
 heavy = ("jax", "sympy", "scipy", "diffrax", "equinox", "matplotlib", "headflow.dynamics",
          "headflow.sims")
 print(json.dumps({"code": code, "imported": [m for m in heavy if m in sys.modules]}))
@@ -120,45 +124,62 @@ def _probe(out: Path, cache: Path, *extra: str) -> dict:
     return {**json.loads(lines[-1]), "summary": json.loads(lines[-2])}
 
 
-def test_repeated_ode_is_replayed_without_jax(tmp_path):
+NOISY = ("--set", "model.noise=0.1")
+"""Label noise: a value of the field's traced noise (without noise the program is another)."""
+
+
+@pytest.fixture(scope="module")
+def committee_cold(tmp_path_factory) -> tuple[Path, Path, dict]:
+    """A short committee `ode` through `_probe` in an empty cache: the cache folder it filled,
+    its output folder and the probe's report. Tests copy the cache before running more."""
+    root = tmp_path_factory.mktemp("committee_cold")
+    first = _probe(root / "out", root / "cache", *NOISY)
+    return root / "cache", root / "out", first
+
+
+def _copy_cache(cold: Path, to: Path) -> Path:
+    shutil.copytree(cold, to)                  # copy2: the stored files keep their times
+    return to
+
+
+def test_repeated_ode_is_replayed_without_jax(tmp_path, committee_cold):
     """A repeated identical `ode` copies the stored result folder (same arrays, `meta.json`
     marking the copy) without importing JAX, sympy, diffrax, matplotlib or the theory; a
     changed input, `--no-cache` or an `--out` that is refused runs (or fails) in full."""
-    cache = tmp_path / "cache"
-    first = _probe(tmp_path / "a", cache)
+    cold, a, first = committee_cold
+    cache = _copy_cache(cold, tmp_path / "cache")
     assert first["code"] == 0 and "jax" in first["imported"]
-    again = _probe(tmp_path / "b", cache)
+    again = _probe(tmp_path / "b", cache, *NOISY)
     assert again["code"] == 0 and again["imported"] == [], again
     assert again["summary"] == {**first["summary"], "out": str(tmp_path / "b")}
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(
-        p.name for p in (tmp_path / "a").iterdir())
-    with np.load(tmp_path / "a" / "ode.npz") as a, np.load(tmp_path / "b" / "ode.npz") as b:
-        for name in a:
-            np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+        p.name for p in a.iterdir())
+    with np.load(a / "ode.npz") as x, np.load(tmp_path / "b" / "ode.npz") as y:
+        for name in x:
+            np.testing.assert_array_equal(x[name], y[name], err_msg=name)
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
-    assert "replayed" in meta and "replayed" not in json.loads(
-        (tmp_path / "a" / "meta.json").read_text())
+    assert "replayed" in meta and "replayed" not in json.loads((a / "meta.json").read_text())
     # another input: computed (with the compiled programs cached)
-    other = _probe(tmp_path / "c", cache, "--set", "training.t_max=0.25")
+    other = _probe(tmp_path / "c", cache, *NOISY, "--set", "training.t_max=0.25")
     assert "jax" in other["imported"]
     # an existing folder without --force: the full run refuses it, one line, exit 2
-    done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *COMMITTEE, "--out",
-                           str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
+    done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *COMMITTEE, *NOISY,
+                           "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
                           env={**os.environ, **FAST_COMPILE_ENV, "PYTHONPATH": str(ROOT),
                                "HEADFLOW_CACHE_DIR": str(cache)})
     assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")
 
 
 @pytest.mark.slow
-def test_exported_solve_is_loaded_by_the_next_process(tmp_path):
+def test_exported_solve_is_loaded_by_the_next_process(tmp_path, committee_cold):
     """The ODE's solve program is exported once (`headflow.dynamics.set_export_cache`): a run
     with other values of the same problem loads it (the stored file is not written again) and
     gives the arrays of a run that traces the program (`EQX_ON_ERROR=raise`, under which
     programs are not exported), exactly; a damaged stored file is exported again. (Another
     structure is another program under another key: `test_program_key_follows_structure_not_values`
     below.)"""
-    cache, store = tmp_path / "cache", tmp_path / "cache" / "exported"
-    _ode(tmp_path / "a", cache, sets=COMMITTEE, after=("--set", "model.noise=0.1"))
+    cache = _copy_cache(committee_cold[0], tmp_path / "cache")    # one run in an empty cache
+    store = cache / "exported"
     (first,) = _files(store)
     stamp = first.stat().st_mtime_ns
     _ode(tmp_path / "b", cache, sets=COMMITTEE, after=("--set", "model.noise=0.2"))
