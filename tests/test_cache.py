@@ -164,9 +164,10 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path, committee_cold):
     assert "jax" in other["imported"]
     # an existing folder without --force: the full run refuses it, one line, exit 2
     done = subprocess.run([sys.executable, "-m", "headflow.validation", "ode", *COMMITTEE, *NOISY,
-                           "--out", str(tmp_path / "b")], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **FAST_COMPILE_ENV, "PYTHONPATH": str(ROOT),
-                               "HEADFLOW_CACHE_DIR": str(cache)})
+                           "--out", str(tmp_path / "b")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **FAST_COMPILE_ENV,
+                                            "PYTHONPATH": str(ROOT),
+                                            "HEADFLOW_CACHE_DIR": str(cache)})
     assert done.returncode == 2 and done.stderr.startswith("headflow: error: ")
 
 
