@@ -391,7 +391,7 @@ def test_vector_rhs_matches_loops(train, sigma):
 # -- 3. trajectories through a plateau ---------------------------------------------------------
 TRAJECTORY_CASES = [  # K, M, train second layer, σ, η, η_v, v0, seed of R0
     (2, 2, False, 0.0, 0.5, 0.0, 1.0, 1),
-    # (2, 2, True, 0.3, 0.5, 0.5, 0.5, 0): through the config, test_run_ode_config_matches_...
+    # both layers trained, σ = 0.3: through the config (test_run_ode_config_matches_reference)
     pytest.param(3, 3, False, 0.2, 0.5, 0.0, 1.0, 2, marks=pytest.mark.slow),
 ]
 T_MAX = 1000.0
