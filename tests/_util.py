@@ -1,10 +1,15 @@
-"""Shared helpers of the tests: models, random weights, real finite-D sequences, z-scores."""
+"""Shared helpers of the tests: models, random weights, real finite-D sequences, z-scores,
+command lines started and interrupted in subprocesses."""
 
 from __future__ import annotations
 
 import json
 import contextlib
 import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import equinox as eqx
 import jax
@@ -195,3 +200,27 @@ def one_line_error(capsys, *needles):
     assert len(err) == 1 and err[0].startswith("headflow") and "error:" in err[0], err
     for n in needles:
         assert n in err[0], (n, err)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_headflow(argv, out: Path) -> subprocess.Popen:
+    """Start `headflow ARGV --out OUT` in a subprocess, from the folder that holds OUT's first
+    missing parent (stdout and stderr piped, as text)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cwd = next(p for p in out.parents if p.exists())
+    return subprocess.Popen([sys.executable, "-m", "headflow.validation", *argv, "--out", str(out)],
+                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def assert_stopped_cleanly(proc: subprocess.Popen, code: int, left: Path, what) -> None:
+    """A command line sent a signal: exit status `code` (128 + signal), one line `headflow:
+    interrupted`, no traceback, and nothing left at `left` (the nested output folder's first
+    missing parent)."""
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == code, (what, proc.returncode, stderr[-2000:])
+    assert "headflow: interrupted" in stderr, (what, stderr[-2000:])
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, (what, stderr)
+    assert not left.exists(), what

@@ -137,17 +137,12 @@ def committee_cold(tmp_path_factory) -> tuple[Path, Path, dict]:
     return root / "cache", root / "out", first
 
 
-def _copy_cache(cold: Path, to: Path) -> Path:
-    shutil.copytree(cold, to)                  # copy2: the stored files keep their times
-    return to
-
-
 def test_repeated_ode_is_replayed_without_jax(tmp_path, committee_cold):
     """A repeated identical `ode` copies the stored result folder (same arrays, `meta.json`
     marking the copy) without importing JAX, sympy, diffrax, matplotlib or the theory; a
     changed input, `--no-cache` or an `--out` that is refused runs (or fails) in full."""
     cold, a, first = committee_cold
-    cache = _copy_cache(cold, tmp_path / "cache")
+    cache = shutil.copytree(cold, tmp_path / "cache")
     assert first["code"] == 0 and "jax" in first["imported"]
     again = _probe(tmp_path / "b", cache, *NOISY)
     assert again["code"] == 0 and again["imported"] == [], again
@@ -179,7 +174,8 @@ def test_exported_solve_is_loaded_by_the_next_process(tmp_path, committee_cold):
     programs are not exported), exactly; a damaged stored file is exported again. (Another
     structure is another program under another key: `test_program_key_follows_structure_not_values`
     below.)"""
-    cache = _copy_cache(committee_cold[0], tmp_path / "cache")    # one run in an empty cache
+    # one run in an empty cache; copy2 keeps the stored file's time
+    cache = shutil.copytree(committee_cold[0], tmp_path / "cache")
     store = cache / "exported"
     (first,) = _files(store)
     stamp = first.stat().st_mtime_ns

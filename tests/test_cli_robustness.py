@@ -11,10 +11,7 @@ validation and a fuzzed command line.
 from __future__ import annotations
 
 import math
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from _util import assert_stopped_cleanly, start_headflow
 from _util import strict_json as _strict
 from _util import xla_optimizations
 from headflow.validation.cli import main
@@ -222,16 +220,6 @@ SIGNALS = [(signal.SIGINT, 130, 4.0), (signal.SIGINT, 130, 12.0), (signal.SIGTER
 """(signal, expected exit status, seconds after the start at which it is sent)."""
 
 
-def _start(argv, out: Path) -> subprocess.Popen:
-    """Start `headflow ARGV --out OUT` in a subprocess, from the folder that holds OUT's first
-    missing parent."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cwd = next(p for p in out.parents if p.exists())
-    return subprocess.Popen([sys.executable, "-m", "headflow.validation", *argv, "--out", str(out)],
-                            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
 @pytest.mark.slow
 def test_interrupt_stops_cleanly(tmp_path):
     """Every command of `INTERRUPTED`, sent each of `SIGNALS`: exit status 128 + signal, one
@@ -246,17 +234,14 @@ def test_interrupt_stops_cleanly(tmp_path):
     procs = []
     for i, (command, *_) in enumerate(cases):
         (tmp_path / f"case{i}").mkdir()
-        procs.append(_start(INTERRUPTED[command], tmp_path / f"case{i}" / "nested" / "res"))
+        procs.append(start_headflow(INTERRUPTED[command],
+                                    tmp_path / f"case{i}" / "nested" / "res"))
     for i in sorted(range(len(cases)), key=lambda i: cases[i][3]):
         time.sleep(max(0.0, t0 + cases[i][3] - time.monotonic()))
         procs[i].send_signal(cases[i][1])
     for i, (command, sig, code, after) in enumerate(cases):
-        _, stderr = procs[i].communicate(timeout=300)
-        what = f"{command} after {after} s, signal {sig}"
-        assert procs[i].returncode == code, (what, procs[i].returncode, stderr[-2000:])
-        assert "headflow: interrupted" in stderr, (what, stderr[-2000:])
-        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (what, stderr)
-        assert not (tmp_path / f"case{i}" / "nested").exists(), (what, _files(tmp_path))
+        assert_stopped_cleanly(procs[i], code, tmp_path / f"case{i}" / "nested",
+                               f"{command} after {after} s, signal {sig}")
 
 
 # -- the fuzzer -------------------------------------------------------------------------------

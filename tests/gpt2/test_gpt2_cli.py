@@ -8,14 +8,13 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import jax.random as jr
 import numpy as np
 import pytest
+from _util import assert_stopped_cleanly, start_headflow
 
 import headflow.validation.gpt2 as g
 from headflow.dynamics import ConfigError
@@ -275,33 +274,22 @@ def test_env_var_points_at_openai_layout(tmp_path, monkeypatch):
     assert os.fspath(g.bpe_files(folder)["merges.txt"]).endswith("vocab.bpe")
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
 @pytest.mark.slow
 def test_bounds_interrupt_stops_cleanly(small_checkpoint, text_path, tmp_path):
     """`gpt2 bounds` stopped by SIGINT and by SIGTERM mid-run (in subprocesses, as a user's
     Ctrl-C): exit 130/143, "headflow: interrupted", no traceback or segfault, no output folder
     and none of the parents it created. The two runs go at once (each mostly waits for its
     signal)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cases = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
     procs = []
     for i, _ in enumerate(cases):
         (tmp_path / f"case{i}").mkdir()
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "headflow.validation", "gpt2", "bounds", "--checkpoint",
-             str(small_checkpoint), "--text", str(text_path), "--normalizer", "all",
-             "--windows", "4", "--out", str(tmp_path / f"case{i}" / "nested" / "res")],
-            cwd=tmp_path / f"case{i}", env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True))
+        procs.append(start_headflow(
+            ["gpt2", "bounds", "--checkpoint", str(small_checkpoint), "--text", str(text_path),
+             "--normalizer", "all", "--windows", "4"], tmp_path / f"case{i}" / "nested" / "res"))
     time.sleep(8.0)
     for proc, (sig, _) in zip(procs, cases):
         assert proc.poll() is None, "the run ended before the signal; make it longer"
         proc.send_signal(sig)
     for i, (proc, (sig, code)) in enumerate(zip(procs, cases)):
-        _, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == code, (sig, proc.returncode, stderr[-2000:])
-        assert "headflow: interrupted" in stderr, (sig, stderr[-2000:])
-        assert "Traceback" not in stderr and "Exception ignored" not in stderr, (sig, stderr)
-        assert not (tmp_path / f"case{i}" / "nested").exists(), sig
+        assert_stopped_cleanly(proc, code, tmp_path / f"case{i}" / "nested", sig)
