@@ -12,6 +12,16 @@ from ._base import AbstractUnit, register_unit
 from ._tables import pairs
 
 
+def arcsin(x: Float[Array, "*shape"]) -> Float[Array, "*shape"]:
+    """`arcsin x` through the half-angle identity `arcsin x = 2 arctan(x / (1 + √(1 − x²)))`,
+    exact in real arithmetic for `|x| ≤ 1` and within a few units in the last place in float64
+    (`tests/test_committee_exact.py`). XLA's CPU backend evaluates a float64 arctangent faster
+    than its arcsine, and the arcsines of `I2` and `I4` are most of the cost of the erf
+    committee's closed-form vector field (`benchmarks/RESULTS.md`). Outside `[−1, 1]` it is
+    NaN, as `arcsin` is."""
+    return 2.0 * jnp.arctan(x / (1.0 + jnp.sqrt((1.0 - x) * (1.0 + x))))
+
+
 @register_unit
 class Erf(AbstractUnit):
     """`g(x) = erf(x/√2)`, `g'(x) = √(2/π) e^{−x²/2}`. The integrals
@@ -34,7 +44,7 @@ class Erf(AbstractUnit):
 
     def i2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         c00, c11, c01 = C[..., 0, 0], C[..., 1, 1], C[..., 0, 1]
-        return (2.0 / jnp.pi) * jnp.arcsin(c01 / jnp.sqrt((1.0 + c00) * (1.0 + c11)))
+        return (2.0 / jnp.pi) * arcsin(c01 / jnp.sqrt((1.0 + c00) * (1.0 + c11)))
 
     def j2(self, C: Float[Array, "*batch 2 2"]) -> Float[Array, "*batch"]:
         c00, c11, c01 = C[..., 0, 0], C[..., 1, 1], C[..., 0, 1]
@@ -56,7 +66,7 @@ class Erf(AbstractUnit):
                 + 2.0 * c[0][1] * c[0][2] * c[1][2])
         lam2 = (lam4 * (1.0 + c[3][3]) - c[1][3] ** 2 * a0 - c[0][3] ** 2 * a1
                 + 2.0 * c[0][1] * c[0][3] * c[1][3])
-        return (4.0 / jnp.pi**2) * jnp.arcsin(lam0 / jnp.sqrt(lam1 * lam2)) / jnp.sqrt(lam4)
+        return (4.0 / jnp.pi**2) * arcsin(lam0 / jnp.sqrt(lam1 * lam2)) / jnp.sqrt(lam4)
 
     def i3_table(self, C: Float[Array, "P P"], S: int) -> Float[Array, "S P P"]:
         # the square root depends on (i, a) only: S·P roots, not S·P²
@@ -84,4 +94,4 @@ class Erf(AbstractUnit):
         lam0 = (lam4_ * C[None] - cka * ckb * a0 - cia * cib * a1
                 + cik * (cia * ckb + cib * cka))
         x = (lam0 * r1[:, :, None] * r1[:, None, :]).reshape(len(ik), P * P)
-        return (4.0 / jnp.pi**2) * jnp.arcsin(x[:, ab[:, 0] * P + ab[:, 1]]) / jnp.sqrt(lam4)
+        return (4.0 / jnp.pi**2) * arcsin(x[:, ab[:, 0] * P + ab[:, 1]]) / jnp.sqrt(lam4)
