@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import headflow.dynamics as d
-from _util import ACTIVATIONS, optimized
+from _util import ACTIVATIONS
 
 from headflow.dynamics import StepSizes
 from headflow.dynamics.models.attention import FullField, ManifoldField, SampledFullField
@@ -295,19 +295,20 @@ def test_auto_samples_meet_the_error_target_and_rhs_auto_resolves():
     assert resolved_rhs(cfg.replace(**{"ode.form": "full"})) == "autodiff"
 
 
-# near the end: `optimized()` drops the programs in memory (tests/_util.py), which the tests
-# before it share
 @pytest.mark.slow
 def test_stiff_solver_matches_the_explicit_one():
-    cfg = d.load_config(None, ["training.t_max=10", "output.n_save=6", "ode.samples=64",
-                               "sim.dim=300", "model.L=2"])
+    """`ode.solver = "kvaerno3"` (implicit: a Newton iteration on the field's Jacobian each
+    stage) integrates the ODE to the explicit solver's trajectory within their tolerances. The
+    solver is the engine's, whatever the model; the committee's small closed-form field keeps
+    the compilation of the implicit solve (most of this test's time) small."""
+    cfg = d.load_config(None, ['model.kind="committee"', "training.t_max=10",
+                               "output.n_save=6"])
     a = run_ode(cfg)
-    # the implicit solve takes ~200 steps, each a Newton iteration with a Jacobian: its run
-    # time, not its compilation, dominates, so it is compiled with XLA's optimizations
-    with optimized():
-        b = run_ode(cfg.replace(**{"ode.solver": "kvaerno3"}))
-    np.testing.assert_allclose(np.asarray(a.overlaps.m), np.asarray(b.overlaps.m), atol=2e-5)
-    np.testing.assert_allclose(np.asarray(a.risk), np.asarray(b.risk), atol=2e-5)
+    b = run_ode(cfg.replace(**{"ode.solver": "kvaerno3"}))
+    assert float(a.risk[-1]) < 0.1 * float(a.risk[0])           # the run goes somewhere
+    for x, y in zip(jax.tree.leaves(a.overlaps), jax.tree.leaves(b.overlaps)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=2e-6)
+    np.testing.assert_allclose(np.asarray(a.risk), np.asarray(b.risk), atol=2e-6)
 
 
 # last in the file: it clears JAX's caches, which the tests after it would compile again
