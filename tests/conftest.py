@@ -37,8 +37,19 @@ import sys
 import tempfile
 import time
 
-import jax
-import pytest
+# XLA's CPU fusion emitters off (`_NO_FUSION_EMITTERS`, below) if this jaxlib knows the flag: the
+# child process that asks starts here, so that it runs while this process imports JAX and
+# headflow, and is waited for below
+_NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+_FUSION_PROBE = (None if "--xla_cpu_use_fusion_emitters" in os.environ.get("XLA_FLAGS", "") else
+                 subprocess.Popen([sys.executable, "-c", "import jax; jax.devices()"],
+                                  env={**os.environ, "XLA_FLAGS": (
+                                      f"{os.environ.get('XLA_FLAGS', '')} "
+                                      f"{_NO_FUSION_EMITTERS}").strip()},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -93,20 +104,10 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
 # fusions go through the older LLVM IR emitter): the same programs compile in about a third less
 # time; some element-wise programs run slower, but the suite as a whole takes a quarter less
 # CPU time (`benchmarks/RESULTS.md`, "The test suite"). XLA aborts on a flag it does not know,
-# so the controller first asks a child process whether this jaxlib accepts it; the workers, the
-# command lines and the notebook kernels inherit the result through `XLA_FLAGS`.
-_NO_FUSION_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
-
-
-def _xla_accepts(flag: str) -> bool:
-    env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {flag}".strip()}
-    probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=env,
-                           capture_output=True, timeout=120)
-    return probe.returncode == 0
-
-
-if ("--xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "")
-        and _xla_accepts(_NO_FUSION_EMITTERS)):
+# so the controller first asks a child process whether this jaxlib accepts it (`_FUSION_PROBE`,
+# started at the top of this file); the workers, the command lines and the notebook kernels
+# inherit the result through `XLA_FLAGS`.
+if _FUSION_PROBE is not None and _FUSION_PROBE.wait(timeout=120) == 0:
     os.environ["XLA_FLAGS"] = f"{os.environ['XLA_FLAGS']} {_NO_FUSION_EMITTERS}"
 
 _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields", "test_bayes",
@@ -196,8 +197,11 @@ QUICK_FILES = ("test_fields", "test_model", "test_priors", "test_activations", "
 
 # Parametrizations of those files that the quick tier leaves out: each took over 5 s in a full
 # run on two cores (or over 2 s in the quick tier itself), and the quick tier keeps a cheaper
-# case of the same test (the full suite runs them all).
+# case of the same test; and the fuzzing of every command's options with generated values
+# (the quick tier keeps the options' contracts). The full suite runs them all.
 QUICK_LEAVES_OUT = frozenset({
+    "test_cli_options.py::test_bad_option_values",
+    "test_symbolic_readout.py::test_derived_rhs_equals_exact_field[3-2-linear-0.2-True]",
     "test_config_cli.py::test_cli_bayes_json[flipped_spike]",
     "test_sparse_grid.py::test_config_and_budget",
     "test_fields.py::test_gram_matrix_definition[discrete_2d]",
