@@ -126,6 +126,32 @@ def test_jacobian_entries_by_plain_substitution():
         assert abs(float(e.xreplace(vals)) - j_auto[hh - 1, ll - 1, kk - 1, pp - 1]) < 1e-14
 
 
+def test_a_new_case_reads_the_stored_derivation(tmp_path, monkeypatch):
+    """The source cache keeps each activation's derivation beside the source of each case: a
+    process that generates a case it has not generated before (other sizes) reads the
+    derivation back instead of deriving again, and generates the source a fresh derivation
+    gives; a corrupt stored derivation is derived again."""
+    from headflow.dynamics.symbolic import _codegen
+
+    monkeypatch.setattr(_codegen, "source_cache", lambda: tmp_path)
+    manifold = _codegen.manifold_ode("softmax")          # this process's own derivation
+    _codegen._SOURCE_CACHE.store_manifold("softmax", manifold)
+    (stored,) = tmp_path.glob("softmax-manifold-*.pickle")
+
+    def refuse(activation):
+        raise AssertionError(f"{activation} derived again")
+
+    # a fresh process: nothing in memory, the derivation only on disk
+    monkeypatch.setattr(_codegen, "manifold_ode", refuse)
+    monkeypatch.setattr(_codegen, "_derivation", _codegen._derivation.__wrapped__)
+    sources = _codegen._einsum_source("softmax", (2, 3, 1), True,
+                                      _codegen._derivation("softmax"))
+    assert sources == _codegen._einsum_source("softmax", (2, 3, 1), True, manifold)
+    stored.write_bytes(b"not a pickle")
+    with pytest.raises(AssertionError, match="softmax derived again"):
+        _codegen._derivation("softmax")
+
+
 def test_unknown_activation_is_one_line_error():
     with pytest.raises(ConfigError, match="no symbolic definition"):
         symbolic_activation("sparsemax")

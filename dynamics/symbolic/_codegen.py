@@ -28,6 +28,7 @@ import inspect
 import json
 import itertools
 import linecache
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ from ..activations import activation_class
 from ._activations import symbolic_activation
 from ._algebra import (A, B, Delta, F, H, L, b, chi, chis, e2, ell, eta, eta_b, h, instantiate,
                        kind, m, n, q, rho, s, u, wd)
-from ._derive import C_, Gam, Ghat, Nk, Nv, Tm, Tq, a_, gb_, gbh, manifold_ode
+from ._derive import C_, Gam, Ghat, Manifold, Nk, Nv, Tm, Tq, a_, gb_, gbh, manifold_ode
 from ._printer import TensorPrinter, bcast
 
 INTEGRANDS = ("a", "C", "Tm", "Tq", "gb", "Nk", "Nv")
@@ -160,10 +161,13 @@ def _einsum_source(activation, sizes, sgd_noise, M) -> tuple[str, str]:
 class _SourceCache:
     """Generated source kept on disk between processes (the derivation takes seconds), keyed
     by the case and by a hash of the derivation's own code and of the activation's class, so a
-    change to either regenerates it. Off until [`headflow.dynamics.set_source_cache`][] gives it a
+    change to either regenerates it. Beside the source of each case (sizes, options), the
+    derivation itself ([`manifold_ode`][headflow.dynamics.symbolic.manifold_ode]: the same for
+    every case of an activation) is kept, so that a new case of an activation derived before
+    only generates its code. Off until [`headflow.dynamics.set_source_cache`][] gives it a
     folder."""
 
-    def _path(self, activation: str, tag: str) -> Path | None:
+    def _path(self, activation: str, tag: str, suffix: str = ".json") -> Path | None:
         folder = source_cache()
         if folder is None:
             return None
@@ -174,7 +178,7 @@ class _SourceCache:
         here = Path(__file__).resolve().parent
         parts += [f.read_text() for f in sorted(here.glob("*.py"))]
         digest = hashlib.sha256("\0".join([tag, *parts]).encode()).hexdigest()[:24]
-        return folder / f"{tag}-{digest}.json"
+        return folder / f"{tag}-{digest}{suffix}"
 
     def load(self, activation: str, tag: str) -> tuple[str, str] | None:
         path = self._path(activation, tag)
@@ -187,19 +191,49 @@ class _SourceCache:
             return None
 
     def store(self, activation: str, tag: str, sources: tuple[str, str]) -> None:
-        path = self._path(activation, tag)
+        self._write(self._path(activation, tag),
+                    json.dumps({"integrands": sources[0], "rhs": sources[1]}).encode())
+
+    def load_manifold(self, activation: str) -> Manifold | None:
+        path = self._path(activation, f"{activation}-manifold", ".pickle")
+        if path is None or not path.is_file():
+            return None
+        try:
+            manifold = pickle.loads(path.read_bytes())
+        except Exception:       # noqa: BLE001 - unreadable or stale in any way: derive again
+            return None
+        return manifold if isinstance(manifold, Manifold) else None
+
+    def store_manifold(self, activation: str, manifold: Manifold) -> None:
+        self._write(self._path(activation, f"{activation}-manifold", ".pickle"),
+                    pickle.dumps(manifold))
+
+    @staticmethod
+    def _write(path: Path | None, data: bytes) -> None:
         if path is None:
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"integrands": sources[0], "rhs": sources[1]}))
+            tmp.write_bytes(data)
             tmp.replace(path)
         except OSError:                          # a read-only cache is only slower
             pass
 
 
 _SOURCE_CACHE = _SourceCache()
+
+
+@functools.cache
+def _derivation(activation: str) -> Manifold:
+    """[`manifold_ode`][headflow.dynamics.symbolic.manifold_ode] of `activation`, read from the
+    source cache when a process with the same code derived it before (and stored there
+    otherwise)."""
+    manifold = _SOURCE_CACHE.load_manifold(activation)
+    if manifold is None:
+        manifold = manifold_ode(activation)
+        _SOURCE_CACHE.store_manifold(activation, manifold)
+    return manifold
 
 
 @functools.cache
@@ -217,14 +251,14 @@ def generate(activation: str, H_: int, L_: int, F_: int, sgd_noise: bool = True,
     if style == "einsum":
         cached = _SOURCE_CACHE.load(activation, tag)
         if cached is None:
-            cached = _einsum_source(activation, sizes, sgd_noise, manifold_ode(activation))
+            cached = _einsum_source(activation, sizes, sgd_noise, _derivation(activation))
             _SOURCE_CACHE.store(activation, tag, cached)
         isrc, rsrc = cached
         ifn, rfn = _compile(isrc, "integrands", tag), _compile(rsrc, "rhs", tag + "-rhs")
         return Generated(integrands=ifn, rhs=rfn, integrands_source=isrc, rhs_source=rsrc,
                          style=style)
     if style == "scalar":
-        return _scalar(activation, sizes, sgd_noise, manifold_ode(activation))
+        return _scalar(activation, sizes, sgd_noise, _derivation(activation))
     raise ValueError(f"style must be 'einsum' or 'scalar', not {style!r}")
 
 
