@@ -33,7 +33,7 @@ COMMON = ["sim.space=overlaps", "sim.dim=4000", "sim.seeds=24", "ode.init=symmet
 CASES = {
     # the defaults (Bayes-softmax heads, flipped-spike prior), before the heads specialize; the
     # field by autodiff of the predictor, the engine's own (the derived one equals it:
-    # tests/test_symbolic.py), which spares this test a symbolic derivation
+    # tests/test_symbolic.py), so the check does not rest on the symbolic derivation
     "attention": ["training.t_max=2", "model.L=2", "ode.samples=1024", 'ode.rhs="autodiff"'],
     "committee": ['model.kind="committee"', "model.K=2", "model.M=2", 'model.activation="erf"',
                   "model.noise=0.2", "training.lr=0.8", "training.t_max=4"],
