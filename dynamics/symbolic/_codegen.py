@@ -195,7 +195,7 @@ class _SourceCache:
                     json.dumps({"integrands": sources[0], "rhs": sources[1]}).encode())
 
     def load_manifold(self, activation: str) -> Manifold | None:
-        path = self._path(activation, f"{activation}-manifold", ".pickle")
+        path = self._manifold_path(activation)
         if path is None or not path.is_file():
             return None
         try:
@@ -205,8 +205,11 @@ class _SourceCache:
         return manifold if isinstance(manifold, Manifold) else None
 
     def store_manifold(self, activation: str, manifold: Manifold) -> None:
-        self._write(self._path(activation, f"{activation}-manifold", ".pickle"),
-                    pickle.dumps(manifold))
+        self._write(self._manifold_path(activation), pickle.dumps(manifold))
+
+    def _manifold_path(self, activation: str) -> Path | None:
+        # sympy's objects are pickled: another sympy version derives again
+        return self._path(activation, f"{activation}-manifold-sympy{sp.__version__}", ".pickle")
 
     @staticmethod
     def _write(path: Path | None, data: bytes) -> None:
