@@ -13,9 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _util import FAST_COMPILE_ENV
+from _util import FAST_COMPILE_ENV, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "training.t_max=0.5", "--set", "output.n_save=3", "--set", "ode.samples=256",
         "--set", "model.L=2", "--set", "model.H=1", "--set", "model.F=1", "--set",
         "ode.rhs=symbolic"]

@@ -19,12 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from _util import assert_stopped_cleanly, start_headflow
+from _util import ROOT, assert_stopped_cleanly, start_headflow
 from _util import strict_json as _strict
 from _util import xla_optimizations
 from headflow.validation.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--set", "sim.dim=50", "--set", "sim.seeds=2", "--set", "training.t_max=1",
         "--set", "output.n_save=5", "--set", "ode.samples=1024"]
 

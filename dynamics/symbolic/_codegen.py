@@ -181,13 +181,11 @@ class _SourceCache:
         return folder / f"{tag}-{digest}{suffix}"
 
     def load(self, activation: str, tag: str) -> tuple[str, str] | None:
-        path = self._path(activation, tag)
-        if path is None or not path.is_file():
-            return None
+        raw = self._read(self._path(activation, tag))
         try:
-            data = json.loads(path.read_text())
-            return data["integrands"], data["rhs"]
-        except (OSError, ValueError, KeyError):
+            data = json.loads(raw) if raw is not None else None
+            return None if data is None else (data["integrands"], data["rhs"])
+        except (ValueError, KeyError, TypeError):
             return None
 
     def store(self, activation: str, tag: str, sources: tuple[str, str]) -> None:
@@ -195,11 +193,9 @@ class _SourceCache:
                     json.dumps({"integrands": sources[0], "rhs": sources[1]}).encode())
 
     def load_manifold(self, activation: str) -> Manifold | None:
-        path = self._manifold_path(activation)
-        if path is None or not path.is_file():
-            return None
+        raw = self._read(self._manifold_path(activation))
         try:
-            manifold = pickle.loads(path.read_bytes())
+            manifold = pickle.loads(raw) if raw is not None else None
         except Exception:       # noqa: BLE001 - unreadable or stale in any way: derive again
             return None
         return manifold if isinstance(manifold, Manifold) else None
@@ -210,6 +206,15 @@ class _SourceCache:
     def _manifold_path(self, activation: str) -> Path | None:
         # sympy's objects are pickled: another sympy version derives again
         return self._path(activation, f"{activation}-manifold-sympy{sp.__version__}", ".pickle")
+
+    @staticmethod
+    def _read(path: Path | None) -> bytes | None:
+        if path is None or not path.is_file():
+            return None
+        try:
+            return path.read_bytes()
+        except OSError:
+            return None
 
     @staticmethod
     def _write(path: Path | None, data: bytes) -> None:
