@@ -115,7 +115,8 @@ _FAST_COMPILE = {"test_activations", "test_priors", "test_model", "test_fields",
                  "test_learning_curve", "test_scaling", "test_phases",
                  "test_pruning", "test_activations_cmd", "test_fixed_points", "test_convergence",
                  "test_cli_robustness", "test_stability", "test_sde", "test_committee_curve",
-                 "test_symbolic", "test_numpy_reference"}
+                 "test_symbolic", "test_numpy_reference", "test_theory_vs_sgd",
+                 "test_committee_exact", "test_symbolic_readout"}
 
 
 @pytest.fixture(autouse=True, scope="module")
