@@ -158,6 +158,20 @@ def _einsum_source(activation, sizes, sgd_noise, M) -> tuple[str, str]:
     return integrands_src, "\n".join(lines) + "\n"
 
 
+@functools.cache
+def _code_digest(cls: type) -> str | None:
+    """A hash of the code a derivation comes from: the activation's class `cls` and this
+    package's modules, read once per class and process (None for a class without source, e.g.
+    one defined interactively: no cache)."""
+    try:
+        parts = [inspect.getsource(cls)]
+    except (OSError, TypeError):
+        return None
+    here = Path(__file__).resolve().parent
+    parts += [f.read_text() for f in sorted(here.glob("*.py"))]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
 class _SourceCache:
     """Generated source kept on disk between processes (the derivation takes seconds), keyed
     by the case and by a hash of the derivation's own code and of the activation's class, so a
@@ -171,13 +185,10 @@ class _SourceCache:
         folder = source_cache()
         if folder is None:
             return None
-        try:
-            parts = [inspect.getsource(activation_class(activation))]
-        except (OSError, TypeError):            # a class without source (interactive): no cache
+        code = _code_digest(activation_class(activation))
+        if code is None:
             return None
-        here = Path(__file__).resolve().parent
-        parts += [f.read_text() for f in sorted(here.glob("*.py"))]
-        digest = hashlib.sha256("\0".join([tag, *parts]).encode()).hexdigest()[:24]
+        digest = hashlib.sha256(f"{tag}\0{code}".encode()).hexdigest()[:24]
         return folder / f"{tag}-{digest}{suffix}"
 
     def load(self, activation: str, tag: str) -> tuple[str, str] | None:
