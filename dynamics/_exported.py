@@ -1,6 +1,7 @@
 """Compiled programs kept between processes as `jax.export` artifacts: set by
 [`set_export_cache`][] (the `headflow` command line's caches turn it on), used by
-[`compile_exported`][] (the ODE's solve).
+[`compile_exported`][] (the ODE's solve) and [`call_exported`][] (the risk and the field's
+error along a trajectory).
 
 JAX's persistent compilation cache already skips XLA's compilation of a program it has seen,
 but a fresh process still traces and lowers the program first (about 1.5 s for a committee's
@@ -10,15 +11,15 @@ the label noise, a start) deserializes it and compiles only its call, which the 
 cache then reads back.
 
 The key of a stored program is everything the program is made of apart from the array values:
-the tree structure of the arguments with every static field, each node's class (module and
-name), each non-array leaf (a module-level function or class by its module and name), the
-shapes and dtypes of the arrays, the source files of the code the program can come from
-(`headflow.dynamics`, the modules defining the nodes' classes, and every loaded module outside
-the Python installation, where a user's model lives), the versions of the numerical packages,
-JAX's numerical settings and the platform. A change to any of them is another key: the program
-is traced again and stored beside the old one. (A helper module of an installed model package,
-called by the model but defining none of its classes, is not in the key: reinstalling such a
-package needs `headflow --no-cache` once, or a fresh cache folder.)
+the function (by its module and name), the tree structure of the arguments with every static
+field, each node's class (module and name), each non-array leaf (a module-level function or
+class by its module and name), the shapes and dtypes of the arrays, the source files of the code
+the program can come from (`headflow.dynamics`, the modules defining the nodes' classes, and
+every loaded module outside the Python installation, where a user's model lives), the versions
+of the numerical packages, JAX's numerical settings and the platform. A change to any of them is
+another key: the program is traced again and stored beside the old one. (A helper module of an
+installed model package, called by the model but defining none of its classes, is not in the
+key: reinstalling such a package needs `headflow --no-cache` once, or a fresh cache folder.)
 
 `jax.export` cannot store a program that contains host callbacks, which equinox's run-time
 checks are by default (`EQX_ON_ERROR=raise`); the command line sets `EQX_ON_ERROR=nan`
@@ -82,7 +83,7 @@ def compile_exported(fn: Callable, *args: Any) -> Callable[..., Any]:
 
     folder = export_cache()
     if folder is not None:
-        key = program_key(args)
+        key = program_key(fn, args)
         if key not in _LOADED:
             _LOADED[key] = _load_or_export(fn, folder / key, leaves, tree, static)
         if _LOADED[key] is not None:
@@ -90,6 +91,18 @@ def compile_exported(fn: Callable, *args: Any) -> Callable[..., Any]:
     if fn not in _JITTED:
         _JITTED[fn] = eqx.filter_jit(fn)
     return _JITTED[fn].lower(*args).compile()
+
+
+def call_exported(fn: Callable, *args: Any) -> Any:
+    """`fn(*args)`. With the export cache on ([`export_cache`][]) and one device it runs `fn`'s
+    program for the structure of `args` read from the cache, or exported there first
+    ([`compile_exported`][]), so that a later process with other values loads it instead of
+    tracing it; otherwise (several devices, whose arguments may be sharded) it is the plain
+    call. `fn`: a module-level function (jitted with `equinox.filter_jit`, for the plain call)
+    returning a tree of tuples, lists and arrays only."""
+    if export_cache() is None or jax.device_count() > 1:
+        return fn(*args)
+    return compile_exported(fn, *args)(*args)
 
 
 def _load_or_export(fn: Callable, stem: Path, leaves: list, tree: Any, static: Any) -> Any:
@@ -118,9 +131,10 @@ def _load_or_export(fn: Callable, stem: Path, leaves: list, tree: Any, static: A
     return jax.jit(exported.call).lower(leaves).compile()
 
 
-def program_key(args: Any) -> str:
-    """The key of the program of `args` (see the module's description)."""
+def program_key(fn: Callable, args: Any) -> str:
+    """The key of the program of `fn` for `args` (see the module's description)."""
     h = hashlib.sha256(f"headflow-exported-{_VERSION};".encode())
+    h.update(f"function {_describe(fn)};".encode())
     dyn, static = eqx.partition(args, eqx.is_array)
     h.update(str(jax.tree.structure(static)).encode())
     classes: set[type] = set()

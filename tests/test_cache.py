@@ -167,19 +167,20 @@ def test_repeated_ode_is_replayed_without_jax(tmp_path, committee_cold):
 
 @pytest.mark.slow
 def test_exported_solve_is_loaded_by_the_next_process(tmp_path, committee_cold):
-    """The ODE's solve program is exported once (`headflow.dynamics.set_export_cache`): a run
-    with other values of the same problem loads it (the stored file is not written again) and
-    gives the arrays of a run that traces the program (`EQX_ON_ERROR=raise`, under which
-    programs are not exported), exactly; a damaged stored file is exported again. (Another
-    structure is another program under another key: `test_program_key_follows_structure_not_values`
-    below.)"""
-    # one run in an empty cache; copy2 keeps the stored file's time
+    """The ODE run's programs (the solve, the risk and the field's error along it) are exported
+    once (`headflow.dynamics.set_export_cache`): a run with other values of the same problem
+    loads them (no stored file is written again) and gives the arrays of a run that traces the
+    programs (`EQX_ON_ERROR=raise`, under which programs are not exported), exactly; damaged
+    stored files are exported again. (Another structure is another program under another key:
+    `test_program_key_follows_structure_not_values` below.)"""
+    # one run in an empty cache; copy2 keeps the stored files' times
     cache = shutil.copytree(committee_cold[0], tmp_path / "cache")
     store = cache / "exported"
-    (first,) = _files(store)
-    stamp = first.stat().st_mtime_ns
+    stored = _files(store)
+    assert len(stored) == 3
+    stamps = [f.stat().st_mtime_ns for f in stored]
     _ode(tmp_path / "b", cache, sets=COMMITTEE, after=("--set", "model.noise=0.2"))
-    assert _files(store) == [first] and first.stat().st_mtime_ns == stamp     # loaded
+    assert _files(store) == stored and [f.stat().st_mtime_ns for f in stored] == stamps  # loaded
     _ode(tmp_path / "c", tmp_path / "traced", sets=COMMITTEE,
          after=("--set", "model.noise=0.2"), env={"EQX_ON_ERROR": "raise"})
     assert _files(tmp_path / "traced" / "exported") == []
@@ -187,27 +188,31 @@ def test_exported_solve_is_loaded_by_the_next_process(tmp_path, committee_cold):
         assert sorted(b.files) == sorted(c.files)
         for name in b.files:
             np.testing.assert_array_equal(b[name], c[name], err_msg=name)
-    first.write_bytes(b"damaged")
+    for f in stored:
+        f.write_bytes(b"damaged")
     _ode(tmp_path / "d", cache, sets=COMMITTEE, after=("--set", "model.noise=0.3"))
-    assert _files(store) == [first] and first.read_bytes() != b"damaged"
+    assert _files(store) == stored and all(f.read_bytes() != b"damaged" for f in stored)
 
 
 def test_program_key_follows_structure_not_values():
-    """Fields that differ only in values (η, σ: traced) share a key; another static setting
-    (`max_steps`), another activation or another shape does not."""
+    """Fields that differ only in values (η, σ: traced) share a key; another function, another
+    static setting (`max_steps`), another activation or another shape does not."""
     import jax.numpy as jnp
 
     from headflow.dynamics import load_config
     from headflow.dynamics._exported import program_key
     from headflow.dynamics.ode import Integrator, build_field, traced_values
+    from headflow.dynamics.ode._integrate import _solve_from
+    from headflow.dynamics.ode._run import _sizes_and_errors
 
-    def key(sets, **integrator):
+    def key(sets, fn=_solve_from, **integrator):
         cfg = load_config(None, ['model.kind="committee"', *sets])
         integ = Integrator.from_config(cfg.ode, **integrator)
-        return program_key((traced_values(build_field(cfg)), jnp.zeros(3), integ))
+        return program_key(fn, (traced_values(build_field(cfg)), jnp.zeros(3), integ))
 
     base = key([])
     assert key(["training.lr=0.3", "model.noise=0.2"]) == base
+    assert key([], fn=_sizes_and_errors) != base             # another function
     assert key([], max_steps=1234) != base
     assert key(['model.activation="relu"']) != base
     assert key(["model.K=3"]) != base

@@ -131,6 +131,25 @@ def test_the_command_line_runs_at_raised_gc_thresholds():
     assert GC_THRESHOLDS[0] > 700
 
 
+_FREEZE_PROBE = r"""
+import gc, sys
+from headflow.validation._entry import entry
+sys.argv = ["headflow", "ode", "--set", "no_such_section.x=1"]
+try:
+    entry()
+except SystemExit as stop:
+    print(stop.code, gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_command_line_freezes_its_objects_before_the_teardown():
+    """A command that returned (here with a bad input, exit 2) leaves the interpreter with its
+    objects frozen (`gc.freeze`), so the teardown's collections do not walk them."""
+    proc = subprocess.run([sys.executable, "-c", _FREEZE_PROBE], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["2", "True"], proc.stdout + proc.stderr
+
+
 def test_light_constants_are_the_heavy_modules_ones():
     """The values `--help` shows are the very objects the heavy modules use (one definition)."""
     from headflow.dynamics.analysis import STATIONARY_Z as z

@@ -52,4 +52,7 @@ def entry() -> None:
     sys.stderr.flush()
     if code in (130, 143):
         os._exit(code)
+    # the interpreter's teardown ends with garbage collections over every live object (JAX's,
+    # the traced programs'): frozen, they are skipped, and the memory goes back with the process
+    gc.freeze()
     sys.exit(code)

@@ -15,6 +15,7 @@ import numpy as np
 from jaxtyping import Array, PyTree
 
 from .._errors import ConfigError, require_x64
+from .._exported import call_exported
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AbstractExpectation, MonteCarlo
@@ -107,7 +108,7 @@ def states_risk(model: ModelBase, states: GramState, rule: MonteCarlo
     batch = states.gram.shape[:-2]
     flat = jax.tree.map(lambda x: x.reshape(-1, *x.shape[len(batch):]), states)
     nodes = rule.nodes(model.n_rows)
-    risk, err = _risks(traced_values(model), flat, nodes)
+    risk, err = call_exported(_risks, traced_values(model), flat, nodes)
     return np.asarray(risk).reshape(batch), np.asarray(err).reshape(batch)
 
 

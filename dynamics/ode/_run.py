@@ -16,6 +16,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._errors import HeadflowError
+from .._exported import call_exported
 from .._steps import StepSizes
 from ..config import Config
 from ..expectations import AUTO_MAX_SAMPLES, AbstractExpectation
@@ -23,7 +24,7 @@ from ..fields import MAX_GROUP, AbstractField
 from ._backend import AUTO_FALLBACK as AUTO_FALLBACK
 from ._backend import backend_of as backend_of
 from ._convergence import NODE_FACTOR, _as_array, node_change
-from ._integrate import Integrator, integrate
+from ._integrate import Integrator, integrate, traced_values
 from ._models import as_float64, model_arrays
 
 
@@ -108,7 +109,8 @@ def relative_error(field: AbstractField, ovs: Any) -> np.ndarray:
     own rule, relative to the field's largest size over those states:
     `max_i err_i(state) / max_states max_i |RHS_i|`. (Relative to the field at the same state
     it would diverge at every stationary point, where the field vanishes.)"""
-    size, err = (np.asarray(x) for x in _sizes_and_errors(field, ovs))
+    size, err = (np.asarray(x)
+                 for x in call_exported(_sizes_and_errors, traced_values(field), ovs))
     return err / max(float(np.max(size)), 1e-300)
 
 

@@ -10,6 +10,7 @@ import equinox as eqx
 from jaxtyping import Array
 
 from ..._errors import ConfigError
+from ..._exported import call_exported
 from ..._model import AttentionBase
 from ..._overlaps import Overlaps
 from ..._risk import population_risk, risk_nodes
@@ -58,7 +59,7 @@ def trajectory_risk(model: AttentionBase, ov: Overlaps,
     """Population risk and its error along a trajectory (leaves `(T, ...)`; common random
     numbers)."""
     nodes = rule if isinstance(rule, AbstractNodes) else risk_nodes(model, rule)
-    return _risk_along(traced_values(model), ov, nodes, manifold)
+    return call_exported(_risk_along, traced_values(model), ov, nodes, manifold)
 
 
 @eqx.filter_jit
