@@ -17,7 +17,9 @@ The kernels share the test session's compilation cache (through JAX's environmen
 notebook itself configures nothing): a program a notebook traces again, or one a test compiled
 before, is read back instead of compiled (the saving: `benchmarks/RESULTS.md`, "The test
 suite"). They compile at the session's XLA optimization level (`XLA_FLAGS`, inherited from
-`tests/conftest.py`), which changes code generation only.
+`tests/conftest.py`), and the notebooks of `COMPILE_BOUND`, which at `SIZE = "ci"` compile
+more than they run, with `JAX_DISABLE_MOST_OPTIMIZATIONS` (XLA's LLVM at -O0, as the test
+modules of `_FAST_COMPILE` in `tests/conftest.py`); both change code generation only.
 """
 
 from __future__ import annotations
@@ -48,16 +50,27 @@ def _printed(cell) -> str:
 def test_there_are_notebooks():
     assert NOTEBOOKS
     assert sorted(EXPECTED) == sorted(p.stem for p in NOTEBOOKS)   # one table per notebook
+    assert COMPILE_BOUND <= {p.stem for p in NOTEBOOKS}
+
+
+COMPILE_BOUND = frozenset({"activations_and_bayes", "committee_machine", "escape_times",
+                           "gpt2_bounds", "phases_and_stages", "pruning", "schedules"})
+"""The notebooks whose kernels run at XLA's -O0: each took less time so than at the session's
+level 1, and every other notebook as long or longer (`information_exponent`, whose SDE
+ensembles run long, twice as long; `benchmarks/RESULTS.md`, "The test suite")."""
 
 
 @pytest.fixture
-def _kernel_env(monkeypatch):
+def _kernel_env(monkeypatch, request):
     if os.environ.get("HEADFLOW_CACHE", "1") != "0":
         for option, value in jax_cache_options(cache_root()).items():
             monkeypatch.setenv(option.upper(), str(value))
     # the kernels inherit the session's XLA optimization level 1 through XLA_FLAGS
-    # (tests/conftest.py): at SIZE = "ci" a notebook compiles more than it runs, but its SGD
-    # and SDE ensembles run long enough that level 0 costs more than it saves
+    # (tests/conftest.py); the compile-bound ones go down to level 0
+    if request.node.callspec.params["path"].stem in COMPILE_BOUND:
+        monkeypatch.setenv("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    else:
+        monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)
 
 
 @pytest.mark.slow
