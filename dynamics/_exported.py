@@ -29,6 +29,7 @@ the checks compile to no callbacks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -164,9 +165,11 @@ def program_key(fn: Callable, args: Any) -> str:
     return h.hexdigest()[:40]
 
 
+@functools.cache
 def package_versions(names: tuple[str, ...]) -> str:
     """`name=version;` for each package of `names` (`-` where it is not installed): part of
-    the keys of what is stored between processes."""
+    the keys of what is stored between processes. Read once per process (a package installed
+    over the running one is not what the process has imported)."""
     out = []
     for name in names:
         try:

@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import sympy as sp
 
+from .._exported import file_digest
 from .._source_cache import source_cache
 from ..activations import activation_class
 from ._activations import symbolic_activation
@@ -168,7 +169,7 @@ def _code_digest(cls: type) -> str | None:
     except (OSError, TypeError):
         return None
     here = Path(__file__).resolve().parent
-    parts += [f.read_text() for f in sorted(here.glob("*.py"))]
+    parts += [file_digest(str(f)) for f in sorted(here.glob("*.py"))]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
